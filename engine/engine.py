@@ -1,0 +1,91 @@
+"""The engine: loads each registered pipeline once per process and renders same-shape batches to uint8 frames."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from engine.config import EngineConfig
+from engine.errors import EngineError, RenderError, RetryableRenderError
+from engine.models import ModelInfo, Registry
+from engine.tiny import ensure_tiny
+from engine.types import RenderBatch, RenderedVideo
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, registry: Registry):
+        self.config = config
+        self.registry = registry
+        self._pipelines: dict[str, object] = {}
+
+    def model_path(self, info: ModelInfo):
+        return ensure_tiny(self.config.cache_dir) if info.builtin else info.path
+
+    def pipeline(self, name: str):
+        """The loaded pipeline for a registered model; loaded on first use and kept for the process's life."""
+        if name not in self._pipelines:
+            import diffusers
+            import transformers
+            from diffusers import WanPipeline
+
+            diffusers.utils.logging.disable_progress_bar()
+            transformers.utils.logging.disable_progress_bar()
+
+            info = self.registry.get(name)
+            device, dtype = self.config.torch_device(), self.config.torch_dtype()
+            log.info("loading model %s from %s on %s (%s)", name, self.model_path(info), device, dtype)
+            # Wan's VAE is numerically sensitive: keep it in fp32 whatever the transformer runs in.
+            pipe = WanPipeline.from_pretrained(self.model_path(info), dtype={"default": dtype, "vae": torch.float32},
+                                               use_safetensors=True)
+            pipe.to(device)
+            pipe.set_progress_bar_config(disable=True)
+            self._pipelines[name] = pipe
+        return self._pipelines[name]
+
+    def render(self, batch: RenderBatch) -> list[RenderedVideo]:
+        """One pipeline call for the whole batch, one generator per video.
+
+        Each video's initial noise comes from its own CPU generator seeded with its seed (diffusers' randn_tensor
+        draws per-sample when given a list), so a video renders the same alone or in any batch, on any device.
+        """
+        shape, requests = batch.shape, batch.requests
+        info = self.registry.get(shape.model)
+        pipe = self.pipeline(shape.model)
+        generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in requests]
+        try:
+            with torch.inference_mode():
+                out = pipe(
+                    prompt=[r.prompt for r in requests],
+                    negative_prompt=[r.negative_prompt or "" for r in requests],
+                    height=shape.height,
+                    width=shape.width,
+                    num_frames=shape.frames,
+                    num_inference_steps=shape.steps,
+                    guidance_scale=shape.guidance,
+                    generator=generators,
+                    output_type="np",
+                    max_sequence_length=info.max_sequence_length,
+                )
+        except torch.OutOfMemoryError as exc:
+            raise RetryableRenderError(f"out of memory rendering {len(requests)} x {shape.key()}") from exc
+        except EngineError:
+            raise
+        videos = np.asarray(out.frames)
+        expected = (len(requests), shape.frames, shape.height, shape.width, 3)
+        if videos.shape != expected:
+            raise RenderError(f"pipeline returned frames of shape {videos.shape}, expected {expected}")
+        return [_to_uint8(request, video) for request, video in zip(requests, videos)]
+
+
+def _to_uint8(request, video: np.ndarray) -> RenderedVideo:
+    """Frames in [0, 1] to uint8, refusing output that must never be uploaded."""
+    if not np.isfinite(video).all():
+        return RenderedVideo(request, None, "render produced non-finite values (NaN or Inf)")
+    frames = np.clip(np.rint(video * 255.0), 0, 255).astype(np.uint8)
+    if frames.min() == frames.max():
+        return RenderedVideo(request, None, f"render produced blank frames (every pixel {int(frames.min())})")
+    return RenderedVideo(request, frames)

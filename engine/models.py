@@ -1,0 +1,125 @@
+"""Registered models: what a manifest may name, where the weights live, and the model's native defaults.
+
+A manifest names a model; only the operator maps names to folders (the built-in `tiny`, plus a models file named by
+`REELBATCH_MODELS`), so a manifest can never point a worker at an arbitrary path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from engine.errors import ModelNotFound
+
+
+@dataclass(frozen=True)
+class ModelDefaults:
+    """What a manifest inherits for fields it leaves out."""
+
+    width: int
+    height: int
+    fps: int
+    duration_s: float
+    steps: int
+    guidance: float
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    defaults: ModelDefaults
+    # Folder of a diffusers pipeline (model_index.json + safetensors). None for `tiny` until it is built.
+    path: Path | None = None
+    # Wan's VAE compresses time by 4, so a valid frame count is 4k+1; other counts are silently rounded by diffusers.
+    temporal_factor: int = 4
+    # Wan needs height and width in multiples of 16 (VAE 8x spatial, patch 2).
+    spatial_multiple: int = 16
+    max_frames: int = 81
+    # WanPipeline.__call__ defaults to 512 text tokens but encode_prompt to 226: always pass it, and key caches on it.
+    max_sequence_length: int = 512
+    builtin: bool = False
+
+    def valid_frames(self, requested: int) -> int:
+        """Round a frame count to the nearest count the model produces (`temporal_factor`*k + 1, k >= 1).
+
+        Halfway cases round up. 16 frames at a factor of 4 gives 17; 14 gives 13; 15 gives 17.
+        """
+        k = math.floor((max(requested, 1) - 1) / self.temporal_factor + 0.5)
+        return self.temporal_factor * max(k, 1) + 1
+
+
+TINY = ModelInfo(
+    name="tiny",
+    # Small enough that a CPU renders a clip in about a second; random weights, so the video is noise.
+    defaults=ModelDefaults(width=64, height=64, fps=8, duration_s=1.0, steps=4, guidance=5.0),
+    temporal_factor=4,
+    spatial_multiple=16,
+    max_frames=33,
+    max_sequence_length=64,
+    builtin=True,
+)
+
+# Wan2.1-T2V-1.3B's published defaults (832x480, 81 frames at 16 fps, 50 steps, guidance 5.0).
+WAN_DEFAULTS = ModelDefaults(width=832, height=480, fps=16, duration_s=5.0, steps=50, guidance=5.0)
+
+_DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__dataclass_fields__}
+
+
+@dataclass
+class Registry:
+    """Name -> ModelInfo. Built-ins plus the operator's models file."""
+
+    models: dict[str, ModelInfo] = field(default_factory=lambda: {"tiny": TINY})
+
+    def get(self, name: str) -> ModelInfo:
+        try:
+            return self.models[name]
+        except KeyError:
+            known = ", ".join(sorted(self.models))
+            raise ModelNotFound(f"model {name!r} is not registered (registered: {known})") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.models
+
+    def names(self) -> list[str]:
+        return sorted(self.models)
+
+
+def load_registry(models_file: Path | None = None) -> Registry:
+    """The built-in models plus those in `models_file`, a YAML mapping such as::
+
+        wan-1.3b:
+          path: /models/Wan2.1-T2V-1.3B-Diffusers   # a local diffusers folder, loaded with safetensors only
+          defaults: {width: 832, height: 480, fps: 16, duration_s: 5, steps: 50, guidance: 5.0}
+          max_frames: 81
+    """
+    registry = Registry()
+    if models_file is None:
+        return registry
+    data = yaml.safe_load(Path(models_file).read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ModelNotFound(f"{models_file}: expected a mapping of model names")
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or "path" not in entry:
+            raise ModelNotFound(f"{models_file}: model {name!r} needs a 'path' to a local diffusers folder")
+        path = Path(entry["path"]).expanduser()
+        if not (path / "model_index.json").is_file():
+            raise ModelNotFound(f"{models_file}: model {name!r}: {path} holds no model_index.json")
+        given = entry.get("defaults") or {}
+        unknown = set(given) - set(_DEFAULT_FIELDS)
+        if unknown:
+            raise ModelNotFound(f"{models_file}: model {name!r}: unknown defaults {sorted(unknown)}")
+        defaults = ModelDefaults(**{f: t(given.get(f, getattr(WAN_DEFAULTS, f))) for f, t in _DEFAULT_FIELDS.items()})
+        registry.models[str(name)] = ModelInfo(
+            name=str(name),
+            defaults=defaults,
+            path=path,
+            temporal_factor=int(entry.get("temporal_factor", 4)),
+            spatial_multiple=int(entry.get("spatial_multiple", 16)),
+            max_frames=int(entry.get("max_frames", 81)),
+            max_sequence_length=int(entry.get("max_sequence_length", 512)),
+        )
+    return registry

@@ -1,0 +1,85 @@
+"""The built-in `tiny` model: diffusers' real Wan architecture at toy widths, with random weights.
+
+It exists so that every path (batching, encoding, storage, the job system) can be exercised in seconds on a CPU.
+Its weights are random, so its videos are noise. It is built once from a fixed config and seed, saved as a
+diffusers folder (safetensors only) in the cache, and from then on loaded like any registered model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+# Bump when the config below changes, so an old cached build is never loaded for a new config.
+TINY_VERSION = "tiny-v1"
+TINY_SEED = 20261130
+
+# Byte-level vocabulary: 3 specials, then one token per byte value.
+_SPECIALS = ["<pad>", "</s>", "<unk>"]
+
+
+def build_byte_tokenizer():
+    """A tokenizer with one token per UTF-8 byte, built with `tokenizers` (no download, no training)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    byte_chars = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {tok: i for i, tok in enumerate(_SPECIALS + byte_chars)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", vocab["</s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+
+
+def build_tiny_pipeline():
+    """The tiny WanPipeline in memory, deterministic from TINY_SEED."""
+    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    tokenizer = build_byte_tokenizer()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        # 8x spatial and 4x temporal compression, as Wan2.1's VAE (so frames are 4k+1 and sides multiples of 16).
+        vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                               temperal_downsample=[False, True, True])
+        text_encoder = UMT5EncoderModel(UMT5Config(
+            vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+            relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+        ))
+        # rope_max_seq_len must cover the largest latent dimension (2048 px / 8 = 256 latent cells).
+        transformer = WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16, out_channels=16,
+            text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads", rope_max_seq_len=256,
+        )
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=5.0)
+    return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
+                       scheduler=scheduler)
+
+
+def ensure_tiny(cache_dir: Path) -> Path:
+    """Path of the saved tiny model, building it on first use.
+
+    Several workers may start at once: each builds into its own temporary folder and renames it into place; the
+    rename is atomic, and a loser simply discards its copy.
+    """
+    target = Path(cache_dir) / "models" / TINY_VERSION
+    if (target / "model_index.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{TINY_VERSION}-", dir=target.parent))
+    try:
+        build_tiny_pipeline().save_pretrained(tmp, safe_serialization=True)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "model_index.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,3 @@
+from jobs.cli import app
+
+app(prog_name="reelbatch")

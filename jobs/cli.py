@@ -1,0 +1,212 @@
+"""The `reelbatch` command line: one Typer command or sub-app per noun, errors to stderr, `--json` for scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from jobs import queries
+from jobs.db import session_factory, upgrade
+from jobs.errors import ReelbatchError
+from jobs.report import report_dict, print_report
+from jobs.settings import Settings
+
+app = typer.Typer(help="Batch-render text-to-video manifests to verified MP4s with cost records.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+out = Console()
+err = Console(stderr=True)
+
+ManifestArg = Annotated[Path, typer.Argument(help="A manifest file: .yaml/.yml (a run) or .jsonl (one video a line).")]
+NameOpt = Annotated[Optional[str], typer.Option("--name", help="Run name (JSONL: default the file's stem).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Registered model name (default: the manifest's, else tiny).")]
+OutputOpt = Annotated[Optional[str], typer.Option("--output", help="Output URI prefix: file://DIR/ or s3://BUCKET/PREFIX/.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="FIELD=VALUE default for every video; repeatable.")]
+NewRunOpt = Annotated[bool, typer.Option("--new-run", help="Always make a new run (the name gets a numeric suffix).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
+
+
+def _fail(exc: ReelbatchError) -> None:
+    err.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_run) -> queries.Submitted:
+    from jobs.manifest import load_manifest
+
+    spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
+                         sets=sets or (), allowed_outputs=settings.allowed_outputs)
+    factory = session_factory(settings.database_url)
+    submitted = queries.submit_run(factory, spec, output=absolute_output(spec.output or settings.output),
+                                   new_run=new_run)
+    if submitted.pending_units:
+        import jobs.celery_app  # noqa: F401 - binds the tasks to the configured broker
+        from jobs.tasks import send_tickets
+
+        send_tickets(submitted.pending_units)
+    return submitted
+
+
+def absolute_output(uri: str) -> str:
+    """An output prefix that means the same wherever a worker runs: relative folders are made absolute."""
+    if not uri.endswith("/"):
+        uri += "/"
+    if uri.startswith("file://"):
+        return f"file://{Path(uri[len('file://'):]).expanduser().resolve()}/"
+    if "://" not in uri:
+        return f"file://{Path(uri).expanduser().resolve()}/"
+    return uri
+
+
+@app.command()
+def submit(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, output: OutputOpt = None,
+           set_: SetOpt = None, new_run: NewRunOpt = False, json_: JsonOpt = False) -> None:
+    """Validate a manifest and record a run; workers render it. Prints the run id."""
+    try:
+        settings = Settings.from_env()
+        s = _submit(settings, manifest, name, model, output, set_, new_run)
+    except ReelbatchError as exc:
+        _fail(exc)
+    if json_:
+        out.print_json(json.dumps({"run_id": s.run_id, "name": s.name, "videos": s.videos, "created": s.created,
+                                   "pending": s.pending_units}))
+    else:
+        verb = "created" if s.created else "exists:"
+        out.print(f"run {s.run_id} {verb} {s.name} ({s.videos} videos, {s.pending_units} pending)")
+
+
+@app.command()
+def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, output: OutputOpt = None,
+        set_: SetOpt = None, new_run: NewRunOpt = False, json_: JsonOpt = False) -> None:
+    """Submit a manifest, render it with an embedded worker, and print the report."""
+    try:
+        settings = Settings.from_env()
+        s = _submit(settings, manifest, name, model, output, set_, new_run)
+        factory = session_factory(settings.database_url)
+        if s.pending_units:
+            _render_with_embedded_worker(factory, s)
+        run_row, videos = queries.load_report(factory, str(s.run_id))
+    except ReelbatchError as exc:
+        _fail(exc)
+    report = report_dict(run_row, videos)
+    if json_:
+        out.print_json(json.dumps(report))
+    else:
+        print_report(out, report)
+    raise typer.Exit(0 if report["counts"]["succeeded"] == len(videos) else 1)
+
+
+def _render_with_embedded_worker(factory, submitted: queries.Submitted) -> None:
+    """Start `reelbatch worker` as a child process and show progress until every video of the run is done."""
+    log = tempfile.NamedTemporaryFile(prefix="reelbatch-worker-", suffix=".log", delete=False)
+    cmd = [sys.executable, "-m", "jobs", "worker", "--concurrency", "1", "--pool", "solo"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=err, transient=False) as bar:
+            task = bar.add_task(f"rendering {submitted.name}", total=submitted.videos)
+            while True:
+                (counts,) = queries.run_counts(factory, str(submitted.run_id))
+                finished = sum(n for k, n in counts.counts.items() if k in ("succeeded", "failed", "cancelled"))
+                bar.update(task, completed=finished)
+                if counts.done:
+                    break
+                if proc.poll() is not None:
+                    raise ReelbatchError(f"the embedded worker exited with code {proc.returncode}; "
+                                         f"its log: {log.name}\n{_tail(log.name)}")
+                time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # warm shutdown: Celery finishes the ticket in hand
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+    os.unlink(log.name)
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+
+
+@app.command()
+def worker(
+    queue: Annotated[str, typer.Option(help="Queue to consume.")] = "render",
+    concurrency: Annotated[int, typer.Option(help="Worker processes (one per GPU).")] = 1,
+    pool: Annotated[str, typer.Option(help="Celery pool: solo (one process) or prefork.")] = "solo",
+    max_batch: Annotated[Optional[int], typer.Option(help="Largest same-shape batch (default REELBATCH_MAX_BATCH).")] = None,
+    loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+) -> None:
+    """Run a Celery worker that claims and renders queued work."""
+    if max_batch is not None:
+        os.environ["REELBATCH_MAX_BATCH"] = str(max_batch)
+    try:
+        settings = Settings.from_env()
+        session_factory(settings.database_url)  # refuse to start against a schema this code does not know
+        settings.registry()
+    except ReelbatchError as exc:
+        _fail(exc)
+    from jobs.celery_app import app as celery
+
+    celery.worker_main(["worker", "-Q", queue, "-c", str(concurrency), "-P", pool, "-l", loglevel,
+                        "--without-gossip", "--without-mingle"])
+
+
+@app.command()
+def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (default: all runs).")] = None,
+           json_: JsonOpt = False) -> None:
+    """Runs and their video counts by status."""
+    try:
+        rows = queries.run_counts(session_factory(Settings.from_env().database_url), run)
+    except ReelbatchError as exc:
+        _fail(exc)
+    if json_:
+        out.print_json(json.dumps({"runs": [
+            {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
+             "total": r.total, "counts": r.counts} for r in rows]}))
+        return
+    from rich.table import Table
+
+    table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
+                  box=None, pad_edge=False)
+    for r in rows:
+        table.add_row(str(r.run_id), r.name, r.model, str(r.total), *(str(r.counts[k]) for k in
+                      ("pending", "running", "succeeded", "failed", "cancelled")))
+    out.print(table)
+
+
+@app.command()
+def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: JsonOpt = False) -> None:
+    """Per-video outputs, frames, bytes, checksums and cost."""
+    try:
+        run_row, videos = queries.load_report(session_factory(Settings.from_env().database_url), run)
+    except ReelbatchError as exc:
+        _fail(exc)
+    data = report_dict(run_row, videos)
+    if json_:
+        out.print_json(json.dumps(data))
+    else:
+        print_report(out, data)
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
+    """Apply Alembic migrations up to REVISION (default: head)."""
+    url = Settings.from_env().database_url
+    upgrade(url, revision)
+    out.print(f"database upgraded to {revision}")

@@ -1,0 +1,127 @@
+"""Database rows (SQLAlchemy 2.0 typed models). Rows stay in jobs/; other packages get plain values."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (BigInteger, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String, Text,
+                        UniqueConstraint, Index)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from jobs.status import Status
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Timestamps:
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+StatusColumn = Enum(Status, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e],
+                    validate_strings=True, name="status")
+
+
+class Run(Timestamps, Base):
+    __tablename__ = "runs"
+
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    model: Mapped[str] = mapped_column(String(128))
+    # The URI prefix videos are stored under: `{output}{name}/{video id}.mp4`.
+    output: Mapped[str] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    source: Mapped[str] = mapped_column(Text)
+    # Hash of the validated content: submitting the same content again returns this run.
+    content_sha256: Mapped[str] = mapped_column(String(64), index=True)
+
+    videos: Mapped[list[Video]] = relationship(back_populates="run", lazy="raise", order_by="Video.id")
+
+
+class Video(Timestamps, Base):
+    __tablename__ = "videos"
+    __table_args__ = (UniqueConstraint("run_id", "key"),)
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    key: Mapped[str] = mapped_column(String(128))  # the manifest's video id
+    line: Mapped[int] = mapped_column(Integer)
+    prompt: Mapped[str] = mapped_column(Text)
+    negative_prompt: Mapped[str | None] = mapped_column(Text)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    frames: Mapped[int] = mapped_column(Integer)
+    fps: Mapped[int] = mapped_column(Integer)
+    duration_s: Mapped[float] = mapped_column(Float)
+    steps: Mapped[int] = mapped_column(Integer)
+    guidance: Mapped[float] = mapped_column(Float)
+
+    status: Mapped[Status] = mapped_column(StatusColumn, default=Status.PENDING, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    render_s: Mapped[float | None] = mapped_column(Float)
+    encode_s: Mapped[float | None] = mapped_column(Float)
+    upload_s: Mapped[float | None] = mapped_column(Float)
+    uri: Mapped[str | None] = mapped_column(Text)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    sha256: Mapped[str | None] = mapped_column(String(64))
+
+    run: Mapped[Run] = relationship(back_populates="videos", lazy="raise")
+    units: Mapped[list[WorkUnit]] = relationship(back_populates="video", lazy="raise")
+    costs: Mapped[list[CostRecord]] = relationship(back_populates="video", lazy="raise")
+
+
+class WorkUnit(Timestamps, Base):
+    """A claimable piece of rendering: one per video for now (long videos will add one per chunk)."""
+
+    __tablename__ = "work_units"
+    __table_args__ = (
+        UniqueConstraint("video_id", "chunk"),
+        # The claim query: pending units of the best shape, highest priority then oldest.
+        Index("ix_work_units_claim", "status", "priority", "id"),
+    )
+
+    video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
+    chunk: Mapped[int] = mapped_column(Integer, default=0)
+    shape_key: Mapped[str] = mapped_column(String(255), index=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[Status] = mapped_column(StatusColumn, default=Status.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # A claim is a lease: who holds it, until when, and a token that grows with every claim (fencing).
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_token: Mapped[int] = mapped_column(BigInteger, default=0)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    video: Mapped[Video] = relationship(back_populates="units", lazy="raise")
+
+
+class CostRecord(Timestamps, Base):
+    """One charge against one video. `kind` leaves room for the full ledger (encode, upload, retry, idle, storage)."""
+
+    __tablename__ = "cost_records"
+
+    video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    seconds: Mapped[float] = mapped_column(Float)
+    rate_usd_per_hour: Mapped[float] = mapped_column(Float)
+    rate_source: Mapped[str] = mapped_column(Text)
+    # Money as integer micro-dollars: exact sums, no float drift, no Decimal warnings on SQLite.
+    amount_micro_usd: Mapped[int] = mapped_column(BigInteger)
+
+    video: Mapped[Video] = relationship(back_populates="costs", lazy="raise")

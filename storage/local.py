@@ -1,0 +1,126 @@
+"""A store in a local (or mounted) folder: `file:///abs/dir/`, `file://./rel/dir/` or a plain path."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+from storage.stores import (
+    IntegrityError,
+    ObjectConflict,
+    ObjectNotFound,
+    Store,
+    StoredObject,
+    StoreError,
+    StoreUnavailable,
+    check_key,
+    check_sha256,
+)
+
+# OS errors that may pass on their own (a full disk being cleaned, a flaky network mount), so worth a retry.
+_TRANSIENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ETIMEDOUT, errno.ESTALE, errno.EAGAIN, errno.EINTR}
+
+
+class LocalStore(Store):
+    """Only the MP4 is written: metadata and checksums belong to the database, so no sidecar files."""
+
+    def __init__(self, root: str | Path) -> None:
+        # Fixed at open time, so a later chdir does not move the store.
+        self.root = Path(os.path.abspath(os.path.expanduser(root)))
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+    def put(
+        self, key: str, data: bytes, *, sha256: str, content_type: str = "video/mp4", metadata: dict[str, str]
+    ) -> StoredObject:
+        sha256 = check_sha256(sha256)
+        path = self._path(key)
+        try:
+            if path.exists():
+                return self._resolve_existing(key, path, sha256)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Write the whole file under a hidden temporary name in the same folder, then hard-link it into place:
+            # link() fails if the name exists, so it is an atomic create-if-absent, and readers never see half a file.
+            tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:  # a concurrent writer got there first
+                    return self._resolve_existing(key, path, sha256)
+            finally:
+                tmp.unlink(missing_ok=True)
+            _fsync_dir(path.parent)  # make the new name itself durable, not just the bytes
+            # Read back what the filesystem now holds; a mismatch means the caller's bytes and checksum disagree
+            # or the write was mangled. Either way the object must not stay.
+            actual = _hash_file(path)
+            if actual != sha256:
+                path.unlink(missing_ok=True)
+                raise IntegrityError(
+                    f"{self.uri_for(key)}: stored bytes hash to sha256 {actual}, expected {sha256}; object deleted"
+                )
+            return StoredObject(uri=self.uri_for(key), key=key, bytes=len(data), sha256=sha256, existed=False)
+        except OSError as exc:
+            raise _store_error(exc, self.uri_for(key)) from exc
+
+    def uri_for(self, key: str) -> str:
+        return self._path(key).as_uri()
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(f"no object at {self.uri_for(key)}") from exc
+        except OSError as exc:
+            raise _store_error(exc, self.uri_for(key)) from exc
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def _path(self, key: str) -> Path:
+        path = self.root / check_key(key)
+        # check_key already rules out '..' and absolute keys; this guards the rule itself.
+        if os.path.commonpath([self.root, path]) != str(self.root):
+            raise ValueError(f"store key {key!r} escapes the store root {self.root}")
+        return path
+
+    def _resolve_existing(self, key: str, path: Path, sha256: str) -> StoredObject:
+        existing = _hash_file(path)
+        if existing != sha256:
+            raise ObjectConflict(
+                f"{self.uri_for(key)} already holds different bytes (sha256 {existing}); refusing to overwrite it "
+                f"with sha256 {sha256}"
+            )
+        return StoredObject(
+            uri=self.uri_for(key), key=key, bytes=path.stat().st_size, sha256=sha256, existed=True
+        )
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _store_error(exc: OSError, uri: str) -> StoreError:
+    kind = StoreUnavailable if exc.errno in _TRANSIENT_ERRNOS else StoreError
+    return kind(f"{uri}: {exc.strerror or exc}")

@@ -1,0 +1,188 @@
+"""A store in an S3 bucket (AWS or any S3-protocol server): `s3://bucket/prefix/`.
+
+The endpoint and credentials come from boto3's own configuration (AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3,
+AWS_ACCESS_KEY_ID, ~/.aws/config, ...), so pointing reelbatch at MinIO or another S3-compatible server needs no
+reelbatch setting.
+"""
+
+from __future__ import annotations
+
+import base64
+from urllib.parse import quote
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import boto3
+from botocore import exceptions as boto_errors
+from botocore.config import Config
+
+from storage.stores import (
+    IntegrityError,
+    ObjectConflict,
+    ObjectNotFound,
+    Store,
+    StoredObject,
+    StoreError,
+    StoreUnavailable,
+    check_key,
+    check_sha256,
+    sha256_hex,
+)
+
+# boto3 1.36 started sending CRC checksums on every request and validating them on every response by default;
+# several S3-compatible servers reject or mangle those, so only send checksums where an API requires them.
+# We pass our own SHA-256 on put and verify the stored bytes ourselves.
+_CONFIG = Config(
+    request_checksum_calculation="when_required",
+    response_checksum_validation="when_required",
+    retries={"max_attempts": 3, "mode": "standard"},
+)
+
+# Error codes that mean "try again later" even when the status is not 5xx (S3 error responses reference).
+_RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "RequestTimeTooSkewed", "ServiceUnavailable", "InternalError"}
+# The server computed a different checksum than the ChecksumSHA256 we sent: the bytes do not match the hash.
+_DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"}
+
+
+class S3Store(Store):
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None) -> None:
+        if not bucket:
+            raise ValueError("S3Store needs a bucket name")
+        prefix = prefix.strip("/")
+        self.bucket = bucket
+        self.prefix = f"{check_key(prefix)}/" if prefix else ""
+        # endpoint_url=None lets boto3 read AWS_ENDPOINT_URL(_S3) itself; tests pass one explicitly.
+        # A session of our own: boto3's default session is shared and not thread-safe, a client is.
+        self._client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=_CONFIG)
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.uri_for('')!r}, endpoint={self._client.meta.endpoint_url!r})"
+
+    def put(
+        self, key: str, data: bytes, *, sha256: str, content_type: str = "video/mp4", metadata: dict[str, str]
+    ) -> StoredObject:
+        sha256 = check_sha256(sha256)
+        uri = self.uri_for(key)
+        full_key = self._full_key(key)
+        with self._errors(uri):
+            found = self._resolve_existing(key, full_key, sha256, len(data))
+            if found is not None:
+                return found
+            try:
+                self._client.put_object(
+                    Bucket=self.bucket,
+                    Key=full_key,
+                    Body=data,
+                    ContentType=content_type,
+                    # Our sha256 wins over a caller's key of the same name: later puts compare against it.
+                    Metadata={**{k: header_safe(v) for k, v in metadata.items()}, "sha256": sha256},
+                    ChecksumSHA256=base64.b64encode(bytes.fromhex(sha256)).decode("ascii"),
+                    # Create-if-absent: two workers racing on one key cannot overwrite each other.
+                    IfNoneMatch="*",
+                )
+            except boto_errors.ClientError as exc:
+                code = _code(exc)
+                if code == "PreconditionFailed":  # lost the race: someone created the key since our head_object
+                    found = self._resolve_existing(key, full_key, sha256, len(data))
+                    if found is not None:
+                        return found
+                    raise StoreUnavailable(f"{uri}: the object appeared and vanished during the put; retry") from exc
+                if code == "ConditionalRequestConflict":  # 409: another conditional write to the key is in flight
+                    raise StoreUnavailable(f"{uri}: a concurrent write to this key is in progress; retry") from exc
+                if code in _DIGEST_CODES:
+                    raise IntegrityError(f"{uri}: the store rejected the bytes: they do not hash to {sha256}") from exc
+                raise
+            # Verify by reading back: some S3-compatible servers (moto among them) accept a wrong ChecksumSHA256.
+            body = self._client.get_object(Bucket=self.bucket, Key=full_key)["Body"].read()
+            actual = sha256_hex(body)
+            if actual != sha256:
+                self._client.delete_object(Bucket=self.bucket, Key=full_key)
+                raise IntegrityError(f"{uri}: stored bytes hash to sha256 {actual}, expected {sha256}; object deleted")
+        return StoredObject(uri=uri, key=key, bytes=len(data), sha256=sha256, existed=False)
+
+    def uri_for(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}{key}"
+
+    def get(self, key: str) -> bytes:
+        uri = self.uri_for(key)
+        with self._errors(uri):
+            try:
+                return self._client.get_object(Bucket=self.bucket, Key=self._full_key(key))["Body"].read()
+            except boto_errors.ClientError as exc:
+                if _code(exc) == "NoSuchKey":
+                    raise ObjectNotFound(f"no object at {uri}") from exc
+                raise
+
+    def exists(self, key: str) -> bool:
+        with self._errors(self.uri_for(key)):
+            return self._head(self._full_key(key)) is not None
+
+    def _full_key(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _head(self, full_key: str) -> dict | None:
+        try:
+            return self._client.head_object(Bucket=self.bucket, Key=full_key)
+        except boto_errors.ClientError as exc:
+            # HEAD has no body, so a missing key and a missing bucket both arrive as a bare 404; put_object then
+            # reports NoSuchBucket properly.
+            if _status(exc) == 404:
+                return None
+            raise
+
+    def _resolve_existing(self, key: str, full_key: str, sha256: str, size: int) -> StoredObject | None:
+        """None if the key is free; StoredObject(existed=True) if it holds these bytes; else ObjectConflict."""
+        head = self._head(full_key)
+        if head is None:
+            return None
+        stored = head.get("Metadata", {}).get("sha256")
+        if stored is None:  # written by something other than reelbatch: hash the bytes themselves
+            stored = sha256_hex(self._client.get_object(Bucket=self.bucket, Key=full_key)["Body"].read())
+        # The length check is free and catches a truncated object whose metadata still claims the right hash.
+        if stored != sha256 or head["ContentLength"] != size:
+            raise ObjectConflict(
+                f"{self.uri_for(key)} already holds different bytes (sha256 {stored}, {head['ContentLength']} bytes);"
+                f" refusing to overwrite it with sha256 {sha256} ({size} bytes)"
+            )
+        return StoredObject(uri=self.uri_for(key), key=key, bytes=head["ContentLength"], sha256=sha256, existed=True)
+
+    @contextmanager
+    def _errors(self, uri: str) -> Iterator[None]:
+        """Translate botocore's exceptions into the store error tree, so the worker can read `retryable`."""
+        endpoint = self._client.meta.endpoint_url
+        try:
+            yield
+        except (boto_errors.ConnectionError, boto_errors.HTTPClientError) as exc:
+            raise StoreUnavailable(f"{uri}: cannot reach the S3 endpoint {endpoint}: {exc}") from exc
+        except boto_errors.NoCredentialsError as exc:
+            raise StoreError(f"{uri}: no S3 credentials found (set AWS_ACCESS_KEY_ID / AWS_PROFILE)") from exc
+        except boto_errors.ClientError as exc:
+            code, status = _code(exc), _status(exc)
+            message = exc.response.get("Error", {}).get("Message", "")
+            if code == "NoSuchBucket":
+                raise StoreError(f"{uri}: bucket {self.bucket!r} does not exist at {endpoint}") from exc
+            if status >= 500 or code in _RETRYABLE_CODES:
+                raise StoreUnavailable(f"{uri}: S3 endpoint {endpoint} answered {status} {code}: {message}") from exc
+            if status == 403:
+                raise StoreError(
+                    f"{uri}: access denied ({code}); reelbatch needs s3:GetObject, s3:PutObject, s3:DeleteObject"
+                    f" and s3:ListBucket (without ListBucket a missing key reads as 403, not 404)"
+                ) from exc
+            raise StoreError(f"{uri}: S3 endpoint {endpoint} answered {status} {code}: {message}") from exc
+
+
+def _code(exc: boto_errors.ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: boto_errors.ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+# S3 user metadata travels in HTTP headers, which carry ASCII only: percent-encode anything else (a video id may
+# hold Unicode letters). Printable ASCII other than '%' is left as it is, so plain values read back unchanged.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def header_safe(value: str) -> str:
+    return quote(value, safe=_HEADER_SAFE)

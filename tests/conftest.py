@@ -1,0 +1,94 @@
+"""Fixtures for the real servers the tests use (S3 via moto, PostgreSQL, Redis), all on 127.0.0.1.
+
+Each server starts once per session, on first use, and stops at session end. A missing server program skips the
+tests that need it (listed by `-ra`), unless REELBATCH_REQUIRE_SERVICES=1, as in CI, where it fails them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests import services
+
+
+def _start(start: Callable[[], services.Service]) -> services.Service:
+    try:
+        return start()
+    except services.MissingBinary as exc:
+        if os.environ.get("REELBATCH_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"{exc} (REELBATCH_REQUIRE_SERVICES=1)", pytrace=False)
+        pytest.skip(f"{exc.binary} not installed; install it with: {exc.hint}")
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[services.S3Server]:
+    """moto's S3 server; `.endpoint_url` is its http://127.0.0.1:PORT address. Sets no environment."""
+    service = _start(services.start_moto)
+    try:
+        yield services.S3Server(endpoint_url=service.url)
+    finally:
+        service.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: services.S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Point boto3 (through its own environment handling) at the moto server; yield a fresh, empty bucket's name."""
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # Anything in the developer's own AWS setup that would win over the variables above, or add to them.
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    bucket = f"reelbatch-test-{uuid.uuid4().hex[:12]}"
+    boto3.session.Session().client("s3").create_bucket(Bucket=bucket)
+    yield bucket
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster; yields `postgresql+psycopg://postgres@127.0.0.1:PORT/postgres`."""
+    service = _start(services.start_postgres)
+    try:
+        yield service.url
+    finally:
+        service.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres: str) -> Iterator[str]:
+    """A fresh, empty database for one test; yields its `postgresql+psycopg://` URL and drops it afterwards."""
+    import psycopg
+
+    name = f"reelbatch_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(services.libpq_url(postgres), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield postgres.rsplit("/", 1)[0] + f"/{name}"
+    # FORCE (PostgreSQL 13+) ends connections a test left open, e.g. an engine it never disposed.
+    with psycopg.connect(services.libpq_url(postgres), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """A Redis server with persistence off; yields `redis://127.0.0.1:PORT/0`."""
+    service = _start(services.start_redis)
+    try:
+        yield service.url
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory) -> Path:
+    """One cache folder for the session, so the tiny model is built once and then loaded like any model."""
+    return tmp_path_factory.mktemp("model-cache")

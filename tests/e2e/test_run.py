@@ -1,0 +1,100 @@
+"""`reelbatch run` end to end, as a user runs it: real CLI process, real Celery worker, real store, MP4s decoded."""
+
+import hashlib
+import os
+import sqlite3
+
+import boto3
+import pytest
+
+from storage.encode import probe_mp4
+
+from .conftest import DEMO
+
+
+def check_videos(report: dict, read_bytes) -> None:
+    assert report["videos"], "the demo has videos"
+    for v in report["videos"]:
+        assert v["status"] == "succeeded", v
+        data = read_bytes(v["uri"])
+        assert len(data) == v["bytes"] and hashlib.sha256(data).hexdigest() == v["sha256"]
+        info = probe_mp4(data)
+        assert (info.frames, info.width, info.height) == (v["frames"], v["width"], v["height"])
+        assert info.fps == pytest.approx(v["fps"]) and info.codec == "h264" and info.pix_fmt == "yuv420p"
+        assert v["frames"] % 4 == 1 and v["duration_s"] == pytest.approx(v["frames"] / v["fps"])
+        assert 0 <= v["seed"] < 2**63 and v["cost_usd"] > 0
+    per = report["cost"]["per_successful_video_usd"]
+    assert per == pytest.approx(report["cost"]["total_usd"] / len(report["videos"]))
+
+
+def test_run_demo_to_a_local_folder(cli, tmp_path):
+    proc = cli("run", str(DEMO))
+    assert "succeeded" in proc.stdout
+    report = cli.json("report", "demo")
+    assert report["output"] == f"file://{tmp_path / 'outputs'}/"
+    for v in report["videos"]:
+        assert v["uri"] == f"file://{tmp_path / 'outputs' / 'demo' / v['id']}.mp4"
+        assert probe_mp4(tmp_path / "outputs" / "demo" / f"{v['id']}.mp4").moov_first
+    check_videos(report, lambda uri: open(uri[len("file://"):], "rb").read())
+    status = cli.json("status")
+    (run,) = status["runs"]
+    assert run["name"] == "demo" and run["counts"]["succeeded"] == len(report["videos"])
+    # Running the same manifest again is idempotent: same run, nothing re-rendered, the same bytes.
+    again = cli.json("run", str(DEMO))
+    assert again["run_id"] == report["run_id"] and again["videos"] == report["videos"]
+
+
+def test_run_jsonl_with_run_level_options(cli, tmp_path):
+    manifest = DEMO.with_suffix(".jsonl")
+    report = cli.json("run", str(manifest), "--name", "from-jsonl", "--set", "steps=2",
+                      "--output", f"file://{tmp_path / 'elsewhere'}/")
+    assert report["name"] == "from-jsonl" and all(v["steps"] == 2 for v in report["videos"])
+    check_videos(report, lambda uri: open(uri[len("file://"):], "rb").read())
+    assert (tmp_path / "elsewhere" / "from-jsonl").is_dir()
+
+
+def test_bad_manifest_exits_2_and_writes_nothing(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nvideos:\n  - id: a\n    prompt: ok\n    seeed: 3\n  - id: a\n    prompt: dup\n")
+    proc = cli("submit", str(bad), check=False)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert f"{bad}:5: videos[0].seeed" in proc.stderr and "did you mean 'seed'" in proc.stderr
+    assert f"{bad}:6: videos[1].id" in proc.stderr
+    db = tmp_path / "reelbatch.db"
+    if db.exists():
+        assert sqlite3.connect(db).execute("select count(*) from runs").fetchone() == (0,)
+
+
+def test_submit_is_idempotent_and_refuses_a_name_clash(cli, tmp_path):
+    first = cli.json("submit", str(DEMO))
+    assert first["created"] is True and first["videos"] >= 3
+    again = cli.json("submit", str(DEMO))
+    assert again["run_id"] == first["run_id"] and again["created"] is False
+    new = cli.json("submit", str(DEMO), "--new-run")
+    assert new["created"] is True and new["name"] == "demo-2"
+    clash = tmp_path / "clash.yaml"
+    clash.write_text("name: demo\nvideos:\n  - id: other\n    prompt: a different video\n")
+    proc = cli("submit", str(clash), check=False)
+    assert proc.returncode == 2 and "'demo' is already used" in proc.stderr
+
+
+def test_run_to_s3_with_postgres_and_redis(cli, cli_env, s3_env, postgres_url, redis_server):
+    """The production parts: PostgreSQL, a Redis broker and an S3-protocol server, all real, on loopback."""
+    bucket = s3_env
+    cli.env = {**cli_env, **{k: v for k, v in os.environ.items() if k.startswith("AWS_")},
+               "REELBATCH_DATABASE_URL": postgres_url, "REELBATCH_BROKER_URL": redis_server,
+               "REELBATCH_OUTPUT": f"s3://{bucket}/renders/"}
+    cli("db", "upgrade")
+    report = cli.json("run", str(DEMO))
+    s3 = boto3.client("s3")
+
+    def read(uri):
+        assert uri.startswith(f"s3://{bucket}/renders/demo/")
+        return s3.get_object(Bucket=bucket, Key=uri[len(f"s3://{bucket}/"):])["Body"].read()
+
+    check_videos(report, read)
+    head = s3.head_object(Bucket=bucket, Key=f"renders/demo/{report['videos'][0]['id']}.mp4")
+    assert head["ContentType"] == "video/mp4"
+    assert head["Metadata"]["run"] == "demo" and head["Metadata"]["model"] == "tiny"
+    assert head["Metadata"]["seed"] == str(report["videos"][0]["seed"])

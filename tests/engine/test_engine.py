@@ -1,0 +1,68 @@
+"""The engine on the built-in tiny model: real diffusers components, random weights, on the CPU."""
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.errors import ModelNotFound
+from engine.models import TINY, Registry
+from engine.tiny import TINY_VERSION, ensure_tiny
+from engine.types import RenderBatch, RenderRequest, Shape
+
+SHAPE = Shape("tiny", 64, 48, 9, 3, 5.0)
+
+
+@pytest.fixture(scope="module")
+def engine(model_cache):
+    return Engine(EngineConfig(cache_dir=model_cache), Registry())
+
+
+def test_tiny_is_built_once_and_loaded_from_the_cache(model_cache):
+    path = ensure_tiny(model_cache)
+    assert path.name == TINY_VERSION and (path / "model_index.json").is_file()
+    weights = sorted(p.relative_to(path) for p in path.rglob("*.safetensors"))
+    assert {p.parts[0] for p in weights} >= {"transformer", "vae", "text_encoder"}
+    assert not list(path.rglob("*.bin")), "weights must be safetensors only"
+    mtime = (path / "model_index.json").stat().st_mtime_ns
+    assert ensure_tiny(model_cache) == path
+    assert (path / "model_index.json").stat().st_mtime_ns == mtime, "a second call must not rebuild"
+
+
+def test_render_returns_uint8_frames_of_the_requested_shape(engine):
+    out = engine.render(RenderBatch(SHAPE, (RenderRequest(1, "a red circle moving left", None, 7),)))
+    (video,) = out
+    assert video.error is None
+    assert video.frames.dtype == np.uint8
+    assert video.frames.shape == (9, 48, 64, 3)
+    assert video.frames.std() > 1.0, "random weights give noise, never a flat image"
+
+
+def test_a_video_renders_the_same_alone_or_in_a_batch(engine):
+    requests = tuple(RenderRequest(i, f"prompt number {i}", "blurry" if i == 2 else None, 1000 + i)
+                     for i in range(3))
+    batched = engine.render(RenderBatch(SHAPE, requests))
+    for i, request in enumerate(requests):
+        (alone,) = engine.render(RenderBatch(SHAPE, (request,)))
+        diff = np.abs(alone.frames.astype(int) - batched[i].frames.astype(int))
+        # Float tolerance: batched matmuls may round differently; one uint8 step at most, almost never.
+        assert diff.max() <= 1 and diff.mean() < 0.01, (i, diff.max(), diff.mean())
+    assert np.abs(batched[0].frames.astype(int) - batched[1].frames.astype(int)).mean() > 5, \
+        "different seeds and prompts must give different videos"
+
+
+def test_same_seed_same_video(engine):
+    request = (RenderRequest(1, "a blue square", None, 42),)
+    a, b = engine.render(RenderBatch(SHAPE, request)), engine.render(RenderBatch(SHAPE, request))
+    assert np.array_equal(a[0].frames, b[0].frames)
+
+
+def test_unregistered_model_is_a_clear_error(engine):
+    with pytest.raises(ModelNotFound, match="'wan-14b' is not registered"):
+        engine.render(RenderBatch(Shape("wan-14b", 64, 64, 9, 2, 5.0), (RenderRequest(1, "x", None, 1),)))
+
+
+@pytest.mark.parametrize("requested,expected", [(1, 5), (5, 5), (8, 9), (9, 9), (10, 9), (11, 13), (16, 17),
+                                                (80, 81), (81, 81)])
+def test_frame_counts_round_to_4k_plus_1(requested, expected):
+    assert TINY.valid_frames(requested) == expected

@@ -1,0 +1,52 @@
+"""The operator's models file: names mapped to local diffusers folders, loaded with safetensors only."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.errors import ModelNotFound
+from engine.models import load_registry
+from engine.tiny import ensure_tiny
+from engine.types import RenderBatch, RenderRequest, Shape
+
+
+def test_a_registered_folder_loads_and_renders_like_the_builtin(model_cache, tmp_path):
+    folder = tmp_path / "my-wan"
+    shutil.copytree(ensure_tiny(model_cache), folder)
+    models = tmp_path / "models.yaml"
+    models.write_text(f"my-wan:\n  path: {folder}\n  defaults: {{width: 32, height: 32, fps: 4, steps: 2}}\n"
+                      "  max_frames: 17\n  max_sequence_length: 64\n")
+    registry = load_registry(models)
+    info = registry.get("my-wan")
+    assert info.path == folder and info.defaults.width == 32 and info.defaults.guidance == 5.0
+    assert info.max_frames == 17 and not info.builtin
+    assert registry.names() == ["my-wan", "tiny"]
+
+    engine = Engine(EngineConfig(cache_dir=model_cache), registry)
+    request = (RenderRequest(1, "a red circle", None, 3),)
+    mine = engine.render(RenderBatch(Shape("my-wan", 32, 32, 5, 2, 5.0), request))
+    builtin = engine.render(RenderBatch(Shape("tiny", 32, 32, 5, 2, 5.0), request))
+    assert mine[0].frames.shape == (5, 32, 32, 3)
+    assert np.array_equal(mine[0].frames, builtin[0].frames), "same weights, same seed: same video"
+
+
+@pytest.mark.parametrize("entry,message", [
+    ("bad: {}\n", "needs a 'path'"),
+    ("bad: {path: /nonexistent/folder}\n", "holds no model_index.json"),
+    ("- just a list\n", "expected a mapping"),
+])
+def test_models_file_errors_name_the_problem(tmp_path, entry, message):
+    models = tmp_path / "models.yaml"
+    models.write_text(entry)
+    with pytest.raises(ModelNotFound, match=message):
+        load_registry(models)
+
+
+def test_unknown_model_defaults_are_refused(model_cache, tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"m:\n  path: {ensure_tiny(model_cache)}\n  defaults: {{widht: 32}}\n")
+    with pytest.raises(ModelNotFound, match="unknown defaults.*widht"):
+        load_registry(models)

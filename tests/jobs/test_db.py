@@ -1,0 +1,131 @@
+"""Rows, migrations, submission and claims against SQLite and a real PostgreSQL."""
+
+import threading
+
+import pytest
+from sqlalchemy import func, inspect, select
+
+from jobs import queries
+from jobs.db import current_and_head, make_engine, session_factory
+from jobs.errors import RunNameTaken, SchemaOutOfDate
+from jobs.manifest import derive_seed, load_manifest
+from jobs.models import CostRecord, Run, Video, WorkUnit
+from jobs.status import IllegalTransition, Status, transition
+
+
+def write_manifest(tmp_path, name="night", priority=0, videos=None, extra=""):
+    videos = videos or [("a", "a red circle", ""), ("b", "a blue square", "    seed: 5\n")]
+    body = "".join(f"  - id: {vid}\n    prompt: {prompt}\n{more}" for vid, prompt, more in videos)
+    path = tmp_path / f"{name}-{priority}.yaml"
+    path.write_text(f"name: {name}\npriority: {priority}\n{extra}videos:\n{body}", encoding="utf-8")
+    return path
+
+
+def test_sqlite_default_upgrades_itself_on_first_use(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    session_factory(url)
+    engine = make_engine(url)
+    current, head = current_and_head(engine)
+    assert current == head
+    assert {"runs", "videos", "work_units", "cost_records"} <= set(inspect(engine).get_table_names())
+
+
+def test_postgres_must_be_upgraded_by_the_operator(postgres_url):
+    with pytest.raises(SchemaOutOfDate, match="reelbatch db upgrade"):
+        session_factory(postgres_url)
+
+
+def test_submit_records_run_videos_and_units(factory, registry, tmp_path):
+    spec = load_manifest(write_manifest(tmp_path), registry=registry)
+    s = queries.submit_run(factory, spec, output="file:///tmp/out/")
+    assert (s.created, s.videos, s.pending_units) == (True, 2, 2)
+    with factory() as session:
+        videos = {v.key: v for v in session.scalars(select(Video))}
+        units = list(session.scalars(select(WorkUnit)))
+    assert videos["b"].seed == 5
+    assert videos["a"].seed == derive_seed("night", "a"), "a derived seed is recorded"
+    assert {Status(v.status) for v in videos.values()} == {Status.PENDING}
+    assert len(units) == 2 and {u.shape_key for u in units} == {"tiny|64x64|f9|s4|g5"}
+
+
+def test_same_content_is_idempotent_new_run_gets_a_suffix_and_name_clash_is_refused(factory, registry, tmp_path):
+    spec = load_manifest(write_manifest(tmp_path), registry=registry)
+    first = queries.submit_run(factory, spec, output="file:///tmp/out/")
+    again = queries.submit_run(factory, spec, output="file:///tmp/out/")
+    assert (again.run_id, again.created) == (first.run_id, False)
+    fresh = queries.submit_run(factory, spec, output="file:///tmp/out/", new_run=True)
+    assert fresh.created and fresh.name == "night-2" and fresh.run_id != first.run_id
+    third = queries.submit_run(factory, spec, output="file:///tmp/out/", new_run=True)
+    assert third.name == "night-3"
+    other = load_manifest(write_manifest(tmp_path, videos=[("z", "something else", "")]), registry=registry)
+    with pytest.raises(RunNameTaken, match="'night' is already used"):
+        queries.submit_run(factory, other, output="file:///tmp/out/")
+    with factory() as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 3
+        assert session.scalar(select(func.count()).select_from(Video)) == 6
+
+
+def test_claim_takes_one_shape_highest_priority_first(factory, registry, tmp_path):
+    low = load_manifest(write_manifest(tmp_path, "low", 1, [(f"l{i}", "low", "") for i in range(3)]),
+                        registry=registry)
+    high = load_manifest(write_manifest(tmp_path, "high", 7, [(f"h{i}", "high", "    steps: 2\n")
+                                                             for i in range(3)]), registry=registry)
+    queries.submit_run(factory, low, output="file:///tmp/out/")
+    queries.submit_run(factory, high, output="file:///tmp/out/")
+    first = queries.claim_batch(factory, owner="w1", max_batch=2, lease_s=60)
+    assert first.batch.shape.steps == 2 and [u.key for u in first.units] == ["h0", "h1"]
+    second = queries.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
+    assert [u.key for u in second.units] == ["h2"], "a batch holds one shape only"
+    third = queries.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
+    assert [u.key for u in third.units] == ["l0", "l1", "l2"] and third.batch.shape.steps == 4
+    assert queries.claim_batch(factory, owner="w1", max_batch=8, lease_s=60) is None
+    with factory() as session:
+        assert {Status(v.status) for v in session.scalars(select(Video))} == {Status.RUNNING}
+
+
+def test_concurrent_claims_are_disjoint(factory, registry, tmp_path):
+    spec = load_manifest(write_manifest(tmp_path, "many", 0, [(f"v{i}", "p", "") for i in range(40)]),
+                         registry=registry)
+    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    taken: list[list[int]] = [[], []]
+
+    def claimer(slot):
+        while (claim := queries.claim_batch(factory, owner=f"w{slot}", max_batch=3, lease_s=60)) is not None:
+            taken[slot].extend(u.unit_id for u in claim.units)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not set(taken[0]) & set(taken[1])
+    assert len(taken[0]) + len(taken[1]) == 40
+
+
+def test_success_is_fenced_and_records_one_cost_row(factory, registry, tmp_path):
+    spec = load_manifest(write_manifest(tmp_path), registry=registry)
+    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    claim = queries.claim_batch(factory, owner="w1", max_batch=1, lease_s=60)
+    unit = claim.units[0]
+    out = queries.VideoOutput("file:///tmp/out/night/a.mp4", 1234, "ab" * 32, 3.0, 0.5, 0.5)
+    rate = queries.Rate(3.6, "test rate")
+    stale = queries.ClaimedUnit(**{**unit.__dict__, "token": unit.token - 1})
+    assert queries.record_success(factory, stale, out, rate) is False, "a stale lease token writes nothing"
+    assert queries.record_success(factory, unit, out, rate) is True
+    assert queries.record_success(factory, unit, out, rate) is False, "a finished unit is never written twice"
+    with factory() as session:
+        video = session.get(Video, unit.video_id)
+        costs = list(session.scalars(select(CostRecord)))
+    assert Status(video.status) is Status.SUCCEEDED and video.bytes == 1234
+    assert len(costs) == 1
+    # 4 s at $3.60 per hour = $0.004
+    assert costs[0].amount_micro_usd == 4000 and costs[0].rate_source == "test rate"
+
+
+def test_terminal_success_never_changes():
+    class Row:
+        id, status = 1, Status.SUCCEEDED
+
+    for new in Status:
+        with pytest.raises(IllegalTransition):
+            transition(Row(), new)
