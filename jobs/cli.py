@@ -64,10 +64,12 @@ def absolute_output(uri: str) -> str:
     """An output prefix that means the same wherever a worker runs: relative folders are made absolute."""
     if not uri.endswith("/"):
         uri += "/"
+    # abspath, not resolve(): symlinks stay as written, so the prefix checked against REELBATCH_ALLOWED_OUTPUTS
+    # is the prefix used.
     if uri.startswith("file://"):
-        return f"file://{Path(uri[len('file://'):]).expanduser().resolve()}/"
+        return f"file://{os.path.abspath(uri[len('file://'):])}/"
     if "://" not in uri:
-        return f"file://{Path(uri).expanduser().resolve()}/"
+        return f"file://{os.path.abspath(uri)}/"
     return uri
 
 

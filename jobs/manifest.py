@@ -158,7 +158,7 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
             videos.append(video)
     if report.issues:
         return None
-    return RunSpec(run_name, model_name, out, prio, str(path), tuple(videos),
+    return RunSpec(run_name, model_name, out, prio, str(path.absolute()), tuple(videos),
                    _content_sha256(run_name, model_name, out, prio, videos))
 
 
