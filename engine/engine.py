@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from engine.config import EngineConfig
-from engine.errors import EngineError, RenderError, RetryableRenderError
+from engine.errors import EngineError, RenderError, RenderInterrupted, RetryableRenderError
 from engine.models import ModelInfo, Registry
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderedVideo
@@ -46,11 +47,13 @@ class Engine:
             self._pipelines[name] = pipe
         return self._pipelines[name]
 
-    def render(self, batch: RenderBatch) -> list[RenderedVideo]:
+    def render(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None = None) -> list[RenderedVideo]:
         """One pipeline call for the whole batch, one generator per video.
 
         Each video's initial noise comes from its own CPU generator seeded with its seed (diffusers' randn_tensor
         draws per-sample when given a list), so a video renders the same alone or in any batch, on any device.
+        `should_stop` is asked after every denoising step (diffusers' callback_on_step_end); a reason it returns
+        stops the render with RenderInterrupted.
         """
         shape, requests = batch.shape, batch.requests
         info = self.registry.get(shape.model)
@@ -69,6 +72,7 @@ class Engine:
                     generator=generators,
                     output_type="np",
                     max_sequence_length=info.max_sequence_length,
+                    callback_on_step_end=_stop_check(should_stop) if should_stop else None,
                 )
         except torch.OutOfMemoryError as exc:
             raise RetryableRenderError(f"out of memory rendering {len(requests)} x {shape.key()}") from exc
@@ -79,6 +83,16 @@ class Engine:
         if videos.shape != expected:
             raise RenderError(f"pipeline returned frames of shape {videos.shape}, expected {expected}")
         return [_to_uint8(request, video) for request, video in zip(requests, videos)]
+
+
+def _stop_check(should_stop: Callable[[], str | None]):
+    def on_step_end(pipe, step, timestep, callback_kwargs):
+        reason = should_stop()
+        if reason:
+            raise RenderInterrupted(reason)
+        return callback_kwargs
+
+    return on_step_end
 
 
 def _to_uint8(request, video: np.ndarray) -> RenderedVideo:

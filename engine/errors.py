@@ -19,3 +19,11 @@ class RetryableRenderError(EngineError):
     """A render failed for a reason that may pass (out of memory, a device reset)."""
 
     retryable = True
+
+
+class RenderInterrupted(EngineError):
+    """The caller asked the render to stop at a step boundary (run cancelled, time limit, lease lost)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason

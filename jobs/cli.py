@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from jobs import queries
 from jobs.db import session_factory, upgrade
-from jobs.errors import ReelbatchError
+from jobs.errors import ReelbatchError, UsageError
 from jobs.report import report_dict, print_report
 from jobs.settings import Settings
 
@@ -148,25 +148,61 @@ def _tail(path: str, lines: int = 30) -> str:
 
 @app.command()
 def worker(
-    queue: Annotated[str, typer.Option(help="Queue to consume.")] = "render",
-    concurrency: Annotated[int, typer.Option(help="Worker processes (one per GPU).")] = 1,
-    pool: Annotated[str, typer.Option(help="Celery pool: solo (one process) or prefork.")] = "solo",
+    queue: Annotated[Optional[str], typer.Option(help="Queue to consume (default REELBATCH_QUEUE, else render).")] = None,
+    concurrency: Annotated[int, typer.Option(help="Processes that render (one per GPU).")] = 1,
+    pool: Annotated[str, typer.Option(help="solo: render in this process; prefork: in child processes, with hard "
+                                           "time limits (CUDA starts only in the children).")] = "solo",
     max_batch: Annotated[Optional[int], typer.Option(help="Largest same-shape batch (default REELBATCH_MAX_BATCH).")] = None,
+    gpu_rate: Annotated[Optional[float], typer.Option(help="USD per GPU-hour for cost records (default REELBATCH_GPU_HOUR_USD).")] = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
 ) -> None:
-    """Run a Celery worker that claims and renders queued work."""
-    if max_batch is not None:
-        os.environ["REELBATCH_MAX_BATCH"] = str(max_batch)
+    """Run a Celery worker that claims and renders queued work. SIGTERM: finish the batch in hand, then stop."""
+    if pool not in ("solo", "prefork"):
+        _fail(UsageError(f"--pool must be solo or prefork, got {pool!r}"))
+    if pool == "solo" and concurrency != 1:
+        _fail(UsageError("--pool solo renders in one process: use --pool prefork for --concurrency above 1"))
+    # The options become the environment the task processes read their Settings from.
+    for name, value in (("REELBATCH_MAX_BATCH", max_batch), ("REELBATCH_GPU_HOUR_USD", gpu_rate),
+                        ("REELBATCH_QUEUE", queue)):
+        if value is not None:
+            os.environ[name] = str(value)
+    os.environ["REELBATCH_POOL"] = pool
     try:
         settings = Settings.from_env()
         session_factory(settings.database_url)  # refuse to start against a schema this code does not know
         settings.registry()
+        from jobs.celery_app import check_worker_config, create_app
+
+        check_worker_config(settings)
     except ReelbatchError as exc:
         _fail(exc)
-    from jobs.celery_app import app as celery
+    create_app(settings).worker_main(["worker", "-Q", settings.queue, "-c", str(concurrency), "-P", pool,
+                                      "-l", loglevel, "--without-gossip", "--without-mingle"])
 
-    celery.worker_main(["worker", "-Q", queue, "-c", str(concurrency), "-P", pool, "-l", loglevel,
-                        "--without-gossip", "--without-mingle"])
+
+@app.command()
+def cancel(run: Annotated[str, typer.Argument(help="Run name or id.")]) -> None:
+    """Cancel a run: pending videos now, running batches at their next step. Idempotent."""
+    try:
+        name, count = queries.cancel_run(session_factory(Settings.from_env().database_url), run)
+    except ReelbatchError as exc:
+        _fail(exc)
+    out.print(f"run {name}: {count} pending videos cancelled; running batches stop at their next step")
+
+
+@app.command()
+def resume(run: Annotated[str, typer.Argument(help="Run name or id.")]) -> None:
+    """Put a run's failed and cancelled videos back in the queue, with fresh attempts. Idempotent."""
+    try:
+        name, count = queries.resume_run(session_factory(Settings.from_env().database_url), run)
+        if count:
+            import jobs.celery_app  # noqa: F401 - binds the tasks to the configured broker
+            from jobs.tasks import send_tickets
+
+            send_tickets(count)
+    except ReelbatchError as exc:
+        _fail(exc)
+    out.print(f"run {name}: {count} videos back in the queue")
 
 
 @app.command()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import (BigInteger, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String, Text,
-                        UniqueConstraint, Index)
+from sqlalchemy import (BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, MetaData, String,
+                        Text, UniqueConstraint, false)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from jobs.status import Status
@@ -48,6 +48,8 @@ class Run(Timestamps, Base):
     source: Mapped[str] = mapped_column(Text)
     # Hash of the validated content: submitting the same content again returns this run.
     content_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    # Set by `reelbatch cancel`: running batches stop at their next step boundary.
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     videos: Mapped[list[Video]] = relationship(back_populates="run", lazy="raise", order_by="Video.id")
 
@@ -81,6 +83,9 @@ class Video(Timestamps, Base):
     uri: Mapped[str | None] = mapped_column(Text)
     bytes: Mapped[int | None] = mapped_column(BigInteger)
     sha256: Mapped[str | None] = mapped_column(String(64))
+    # Written (fenced) just before an upload: if the worker dies after the upload but before recording it, the retry
+    # finds this checksum on the object at the video's key and adopts that object instead of failing on a conflict.
+    upload_sha256: Mapped[str | None] = mapped_column(String(64))
 
     run: Mapped[Run] = relationship(back_populates="videos", lazy="raise")
     units: Mapped[list[WorkUnit]] = relationship(back_populates="video", lazy="raise")
@@ -93,16 +98,24 @@ class WorkUnit(Timestamps, Base):
     __tablename__ = "work_units"
     __table_args__ = (
         UniqueConstraint("video_id", "chunk"),
-        # The claim query: pending units of the best shape, highest priority then oldest.
-        Index("ix_work_units_claim", "status", "priority", "id"),
+        # The claim query: pending units of the best shape, by rank.
+        Index("ix_work_units_claim", "status", "rank"),
     )
 
     video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
     chunk: Mapped[int] = mapped_column(Integer, default=0)
     shape_key: Mapped[str] = mapped_column(String(255), index=True)
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    # Claim order, highest first: priority x AGING_S minus submission time (jobs.queries.unit_rank), so a
+    # higher priority wins but waiting work gains a level every AGING_S seconds and is never starved.
+    rank: Mapped[int] = mapped_column(BigInteger, default=0)
     status: Mapped[Status] = mapped_column(StatusColumn, default=Status.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Backoff: a retried unit is not claimed before this time.
+    not_before: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # After a batch failed, its units are retried one per batch so one bad video cannot fail its neighbours.
+    solo: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    last_error: Mapped[str | None] = mapped_column(Text)
     # A claim is a lease: who holds it, until when, and a token that grows with every claim (fencing).
     lease_owner: Mapped[str | None] = mapped_column(String(255))
     lease_token: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -125,3 +138,26 @@ class CostRecord(Timestamps, Base):
     amount_micro_usd: Mapped[int] = mapped_column(BigInteger)
 
     video: Mapped[Video] = relationship(back_populates="costs", lazy="raise")
+
+
+class Schedule(Timestamps, Base):
+    """A manifest rendered on a cron schedule by `reelbatch beat`."""
+
+    __tablename__ = "schedules"
+
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    manifest: Mapped[str] = mapped_column(Text)  # a path or an s3:// URI, read at each firing
+    cron: Mapped[str] = mapped_column(String(128))
+
+
+class Firing(Timestamps, Base):
+    """One firing of a schedule. The unique (schedule, fire time) makes a second beat's firing a no-op."""
+
+    __tablename__ = "schedule_firings"
+    __table_args__ = (UniqueConstraint("schedule_id", "fire_time"),)
+
+    schedule_id: Mapped[int] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"), index=True)
+    fire_time: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ok: Mapped[bool] = mapped_column(Boolean)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    errors: Mapped[str | None] = mapped_column(Text)

@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.types import RenderBatch, RenderRequest, Shape
+from engine.types import Shape
 from jobs.errors import RunNameTaken, RunNotFound
 from jobs.manifest import RunSpec, derive_seed
 from jobs.models import CostRecord, Run, Video, WorkUnit, utcnow
 from jobs.status import Status, transition
 
 Factory = sessionmaker[Session]
+
+# Waiting work gains one priority level every AGING_S seconds, so no run is starved by newer high-priority work.
+AGING_S = 600
+
+
+def unit_rank(priority: int, submitted: datetime) -> int:
+    """Claim order, highest first: a unit of priority p submitted at t ranks p x AGING_S - t.
+
+    A priority-9 unit submitted now outranks a priority-0 unit only while that one is less than 9 x 600 s = 90
+    minutes old; among equal priorities the oldest goes first.
+    """
+    return priority * AGING_S - int(submitted.timestamp())
 
 
 @dataclass(frozen=True)
@@ -47,20 +59,21 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
                              _pending_units(s, existing.id))
         if existing is not None:
             name = _free_name(s, spec.name)
+        now = utcnow()
         run = Run(name=name, model=spec.model, output=output, priority=spec.priority, source=spec.source,
                   content_sha256=content)
         s.add(run)
         s.flush()
-        for v in spec.videos:
-            video = Video(run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
-                          seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width,
-                          height=v.height, frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps,
-                          guidance=v.guidance, status=Status.PENDING)
-            s.add(video)
-            s.flush()
-            shape = Shape(spec.model, v.width, v.height, v.frames, v.steps, v.guidance)
-            s.add(WorkUnit(video_id=video.id, chunk=0, shape_key=shape.key(), priority=spec.priority,
-                           status=Status.PENDING))
+        videos = [Video(run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
+                        seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width,
+                        height=v.height, frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps,
+                        guidance=v.guidance, status=Status.PENDING) for v in spec.videos]
+        s.add_all(videos)
+        s.flush()  # one round of inserts for the ids the units point at
+        rank = unit_rank(spec.priority, now)
+        s.add_all(WorkUnit(video_id=video.id, chunk=0, priority=spec.priority, rank=rank, status=Status.PENDING,
+                           shape_key=Shape(spec.model, v.width, v.height, v.frames, v.steps, v.guidance).key())
+                  for video, v in zip(videos, spec.videos))
         return Submitted(run.id, name, len(spec.videos), True, len(spec.videos))
 
 
@@ -79,128 +92,6 @@ def _free_name(s: Session, base: str) -> str:
     while f"{base}-{n}" in taken:
         n += 1
     return f"{base}-{n}"
-
-
-@dataclass(frozen=True)
-class ClaimedUnit:
-    unit_id: int
-    token: int
-    video_id: int
-    key: str
-    run_name: str
-    output: str
-    seed: int
-    fps: int
-    frames: int
-
-
-@dataclass(frozen=True)
-class Claim:
-    batch: RenderBatch
-    units: tuple[ClaimedUnit, ...]
-
-
-def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float) -> Claim | None:
-    """Atomically take up to `max_batch` pending units of one shape: the shape of the best pending unit.
-
-    Best = highest priority, then oldest. On PostgreSQL both selects use FOR UPDATE SKIP LOCKED, so concurrent
-    workers take disjoint units without waiting; on SQLite the transaction is BEGIN IMMEDIATE (see jobs.db), which
-    serialises claims. Each claim is a lease with an expiry and a fresh fencing token.
-    """
-    order = (WorkUnit.priority.desc(), WorkUnit.id)
-    pending = WorkUnit.status == Status.PENDING
-    with factory.begin() as s:
-        first = s.scalar(select(WorkUnit.shape_key).where(pending).order_by(*order).limit(1)
-                         .with_for_update(skip_locked=True))
-        if first is None:
-            return None
-        units = list(s.scalars(select(WorkUnit).where(pending, WorkUnit.shape_key == first).order_by(*order)
-                               .limit(max_batch).with_for_update(skip_locked=True)))
-        if not units:
-            return None
-        videos = {v.id: v for v in s.scalars(select(Video).where(Video.id.in_([u.video_id for u in units])))}
-        runs = {r.id: r for r in s.scalars(select(Run).where(Run.id.in_({v.run_id for v in videos.values()})))}
-        now = utcnow()
-        claimed = []
-        for unit in units:
-            video, run = videos[unit.video_id], runs[videos[unit.video_id].run_id]
-            transition(unit, Status.RUNNING)
-            unit.attempts += 1
-            unit.lease_owner = owner
-            unit.lease_token += 1
-            unit.lease_expires_at = now + timedelta(seconds=lease_s)
-            transition(video, Status.RUNNING)
-            video.attempts += 1
-            video.started_at = now
-            claimed.append((unit, video, run))
-        s.flush()
-        v0, run0 = claimed[0][1], claimed[0][2]
-        shape = Shape(run0.model, v0.width, v0.height, v0.frames, v0.steps, v0.guidance)
-        requests = tuple(RenderRequest(v.id, v.prompt, v.negative_prompt, v.seed) for _, v, _ in claimed)
-        return Claim(
-            RenderBatch(shape, requests),
-            tuple(ClaimedUnit(u.id, u.lease_token, v.id, v.key, r.name, r.output, v.seed, v.fps, v.frames)
-                  for u, v, r in claimed),
-        )
-
-
-@dataclass(frozen=True)
-class VideoOutput:
-    uri: str
-    bytes: int
-    sha256: str
-    render_s: float
-    encode_s: float
-    upload_s: float
-
-
-@dataclass(frozen=True)
-class Rate:
-    usd_per_hour: float
-    source: str
-
-
-def _fenced(s: Session, unit: ClaimedUnit) -> tuple[WorkUnit, Video] | None:
-    """The unit and video rows, locked, if this worker still holds the lease; else None (the write is refused)."""
-    row = s.scalar(select(WorkUnit).where(WorkUnit.id == unit.unit_id).with_for_update())
-    if row is None or row.lease_token != unit.token or row.status != Status.RUNNING:
-        return None
-    return row, s.get(Video, row.video_id, with_for_update=True)
-
-
-def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: Rate) -> bool:
-    """Mark one video succeeded with its output and its cost record. False if the lease was lost."""
-    with factory.begin() as s:
-        rows = _fenced(s, unit)
-        if rows is None:
-            return False
-        row, video = rows
-        transition(row, Status.SUCCEEDED)
-        row.lease_owner, row.lease_expires_at = None, None
-        transition(video, Status.SUCCEEDED)
-        video.uri, video.bytes, video.sha256 = out.uri, out.bytes, out.sha256
-        video.render_s, video.encode_s, video.upload_s = out.render_s, out.encode_s, out.upload_s
-        video.finished_at = utcnow()
-        video.last_error = None
-        seconds = out.render_s + out.encode_s + out.upload_s
-        s.add(CostRecord(video_id=video.id, kind="gpu", seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,
-                         rate_source=rate.source, amount_micro_usd=round(seconds * rate.usd_per_hour / 3600 * 1e6)))
-        return True
-
-
-def record_failure(factory: Factory, unit: ClaimedUnit, error: str) -> bool:
-    """Mark one video failed with its error. False if the lease was lost."""
-    with factory.begin() as s:
-        rows = _fenced(s, unit)
-        if rows is None:
-            return False
-        row, video = rows
-        transition(row, Status.FAILED)
-        row.lease_owner, row.lease_expires_at = None, None
-        transition(video, Status.FAILED)
-        video.last_error = error[:4000]
-        video.finished_at = utcnow()
-        return True
 
 
 @dataclass(frozen=True)
@@ -259,3 +150,42 @@ def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Video, int]
         videos = s.execute(select(Video, func.coalesce(cost.c.micro, 0)).outerjoin(cost, cost.c.video_id == Video.id)
                            .where(Video.run_id == run_id).order_by(Video.id)).all()
         return row, [(v, int(m)) for v, m in videos]
+
+
+def cancel_run(factory: Factory, run: str) -> tuple[str, int]:
+    """Cancel a run: its pending work is cancelled now, running batches stop at their next step boundary.
+
+    Idempotent: cancelling a cancelled run changes nothing. Returns the run name and how many videos were cancelled.
+    """
+    with factory.begin() as s:
+        row = s.get(Run, _run_id(s, run))
+        if row.cancelled_at is None:
+            row.cancelled_at = utcnow()
+        units = list(s.scalars(select(WorkUnit).join(Video).where(Video.run_id == row.id,
+                                                                   WorkUnit.status == Status.PENDING)
+                               .with_for_update()))
+        for unit in units:
+            video = s.get(Video, unit.video_id)
+            transition(unit, Status.CANCELLED)
+            transition(video, Status.CANCELLED)
+            video.finished_at = utcnow()
+        return row.name, len(units)
+
+
+def resume_run(factory: Factory, run: str) -> tuple[str, int]:
+    """Put a run's failed and cancelled videos back to pending, with fresh attempts. Idempotent.
+
+    Returns the run name and how many videos were resumed (the caller sends that many tickets).
+    """
+    with factory.begin() as s:
+        row = s.get(Run, _run_id(s, run))
+        row.cancelled_at = None
+        units = list(s.scalars(select(WorkUnit).join(Video).where(
+            Video.run_id == row.id, WorkUnit.status.in_([Status.FAILED, Status.CANCELLED])).with_for_update()))
+        for unit in units:
+            video = s.get(Video, unit.video_id)
+            transition(unit, Status.PENDING)
+            transition(video, Status.PENDING)
+            unit.attempts = video.attempts = 0
+            unit.not_before, unit.solo, video.finished_at = None, False, None
+        return row.name, len(units)

@@ -1,6 +1,9 @@
 """One batch through the whole path: claim -> engine -> frames -> MP4 -> store -> rows and cost.
 
 This is the plain function a Celery task calls; it joins jobs/, engine/ and storage/ and nothing else does.
+Failures are sorted here: a retryable one (store or database unreachable, out of memory, a time limit) goes back to
+pending with backoff until the video's attempts run out; a batch that fails is split so its videos retry one by one;
+a permanent one (a different object at the video's key) fails the video at once.
 """
 
 from __future__ import annotations
@@ -9,25 +12,33 @@ import hashlib
 import logging
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 from engine.engine import Engine
-from jobs import queries
-from jobs.queries import Claim, ClaimedUnit, Rate, VideoOutput
+from engine.errors import RenderInterrupted
+from engine.types import RenderBatch, Shape
+from jobs import leases
+from jobs.leases import Claim, ClaimedUnit, Rate, VideoOutput
 from jobs.settings import Settings
 from storage.encode import encode_mp4
-from storage.stores import Store, open_store
+from storage.stores import ObjectConflict, Store, StoreError, open_store
 
 log = logging.getLogger(__name__)
+
+# The reference for time limits: one Wan 480p, 81-frame, 50-step video with classifier-free guidance.
+REFERENCE_WORK = 832 * 480 * 81 * 50 * 2
 
 
 @dataclass(frozen=True)
 class BatchResult:
-    claimed: int
-    succeeded: int
-    failed: int
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    failed: int = 0
+    released: int = 0
 
 
 def worker_id() -> str:
@@ -44,49 +55,163 @@ def object_key(run_name: str, video_key: str) -> str:
     return f"{run_name}/{video_key}.mp4"
 
 
+def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
+    """The settings' limit for the reference video, scaled by this batch's work (pixels x frames x steps x CFG)."""
+    work = shape.width * shape.height * shape.frames * shape.steps * (2 if shape.guidance > 1 else 1) * videos
+    return max(settings.min_time_limit_s, settings.time_limit_s * work / REFERENCE_WORK)
+
+
+def backoff(settings: Settings, attempts: int) -> float:
+    return min(settings.retry_backoff_s * 2 ** max(attempts - 1, 0), 600.0)
+
+
 def render_next_batch(settings: Settings, engine: Engine, factory) -> BatchResult:
-    claim = queries.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch,
-                                lease_s=settings.lease_s)
+    """Claim one same-shape batch and take it to the store. A result with claimed=0 means nothing was waiting."""
+    claim = leases.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s)
     if claim is None:
-        return BatchResult(0, 0, 0)
-    rate = Rate(settings.gpu_hour_usd, settings.gpu_hour_source)
-    started = time.perf_counter()
-    try:
-        rendered = engine.render(claim.batch)
-    except Exception as exc:  # noqa: BLE001 - every video of the batch gets the error; retries come with leases
-        log.exception("batch of %d failed", len(claim.units))
-        error = f"{type(exc).__name__}: {exc}"
-        for unit in claim.units:
-            queries.record_failure(factory, unit, error)
-        return BatchResult(len(claim.units), 0, len(claim.units))
-    # The batch's render time is shared equally: its videos have the same shape, so the same work.
-    render_share = (time.perf_counter() - started) / len(claim.units)
-    ok = failed = 0
-    for unit, video in zip(claim.units, rendered):
-        if video.error is None:
+        return BatchResult()
+    limit = batch_time_limit(settings, claim.batch.shape, len(claim.units))
+    with LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit) as keeper:
+        adopted, todo = _adopt_earlier_uploads(settings, factory, claim)
+        if not todo:
+            return BatchResult(len(claim.units), adopted)
+        batch = RenderBatch(claim.batch.shape, tuple(r for r, u in zip(claim.batch.requests, claim.units)
+                                                     if u in todo))
+        started = time.perf_counter()
+        try:
+            rendered = engine.render(batch, should_stop=keeper.should_stop)
+        except RenderInterrupted as exc:
+            return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted)
+        except Exception as exc:  # noqa: BLE001 - every failure of a batch is a failed attempt for its videos
+            log.exception("batch of %d (%s) failed", len(todo), batch.shape.key())
+            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted)
+        # The batch's render time is shared equally: its videos have the same shape, so the same work.
+        render_share = (time.perf_counter() - started) / len(todo)
+        return _store_all(settings, factory, claim, todo, rendered, render_share, adopted)
+
+
+def _adopt_earlier_uploads(settings, factory, claim: Claim) -> tuple[int, list[ClaimedUnit]]:
+    """Videos whose earlier attempt uploaded but died before recording it: adopt the object, skip the render."""
+    adopted, todo = 0, []
+    for unit in claim.units:
+        found = None
+        if unit.upload_sha256:
             try:
-                out = _store_video(claim, unit, video.frames, render_share)
-            except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
-                log.exception("storing video %s failed", unit.key)
-                video_error = f"{type(exc).__name__}: {exc}"
-            else:
-                ok += queries.record_success(factory, unit, out, rate)
-                continue
+                found = store_for(unit.output).stat(object_key(unit.run_name, unit.key))
+            except StoreError:
+                found = None  # the store will be asked again when this video is stored
+        if found is not None and found.sha256 == unit.upload_sha256:
+            out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0)
+            adopted += leases.record_success(factory, unit, out, _rate(settings))
         else:
-            video_error = video.error
-        failed += queries.record_failure(factory, unit, video_error)
-    return BatchResult(len(claim.units), ok, failed)
+            todo.append(unit)
+    return adopted, todo
 
 
-def _store_video(claim: Claim, unit: ClaimedUnit, frames, render_share: float) -> VideoOutput:
+def _rate(settings: Settings) -> Rate:
+    return Rate(settings.gpu_hour_usd, settings.gpu_hour_source)
+
+
+def _store_all(settings, factory, claim, todo, rendered, render_share, adopted) -> BatchResult:
+    ok = retried = failed = 0
+    for unit, video in zip(todo, rendered):
+        if video.error is not None:
+            retried_now = _retry(settings, factory, unit, video.error)
+        else:
+            try:
+                out = _store_video(factory, claim, unit, video.frames, render_share)
+            except ObjectConflict as exc:
+                failed += leases.record_failure(factory, unit, f"ObjectConflict: {exc}")
+                continue
+            except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
+                log.warning("storing video %s failed: %s", unit.key, exc)
+                retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}")
+            else:
+                if out is not None:
+                    ok += leases.record_success(factory, unit, out, _rate(settings))
+                continue
+        retried += retried_now is True
+        failed += retried_now is False
+    return BatchResult(len(claim.units), ok + adopted, retried, failed)
+
+
+def _retry(settings, factory, unit: ClaimedUnit, error: str, *, solo: bool = False) -> bool | None:
+    return leases.record_retry(factory, unit, error, max_attempts=settings.max_attempts,
+                               backoff_s=backoff(settings, unit.attempts), solo=solo)
+
+
+def _retry_all(settings, factory, claim, todo, error: str, adopted: int) -> BatchResult:
+    # A batch of several that failed is split: each video retries alone, so one bad video cannot fail the rest.
+    outcomes = [_retry(settings, factory, u, error, solo=len(todo) > 1) for u in todo]
+    return BatchResult(len(claim.units), adopted, outcomes.count(True), outcomes.count(False))
+
+
+def _interrupted(settings, factory, claim, todo, reason: str, limit: float, adopted: int) -> BatchResult:
+    if reason == "time limit":
+        return _retry_all(settings, factory, claim, todo, f"batch time limit of {limit:.0f} s exceeded", adopted)
+    if reason == "lease lost":  # another worker owns these units now; every write from here would be refused
+        return BatchResult(len(claim.units), adopted)
+    released = sum(leases.release(factory, u) for u in todo)  # cancelled runs' units become cancelled
+    return BatchResult(len(claim.units), adopted, released=released)
+
+
+def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, render_share: float) -> VideoOutput | None:
     t0 = time.perf_counter()
     data = encode_mp4(frames, unit.fps)
     digest = hashlib.sha256(data).hexdigest()
     t1 = time.perf_counter()
-    store = store_for(unit.output)
-    stored = store.put(
+    if not leases.mark_uploading(factory, unit, digest):
+        return None  # the lease was lost: whoever holds it now stores this video
+    stored = store_for(unit.output).put(
         object_key(unit.run_name, unit.key), data, sha256=digest, content_type="video/mp4",
         metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": claim.batch.shape.model},
     )
     t2 = time.perf_counter()
     return VideoOutput(stored.uri, stored.bytes, stored.sha256, render_share, t1 - t0, t2 - t1)
+
+
+class LeaseKeeper:
+    """Renews a claim's leases in the background while it renders, and says when the render should stop.
+
+    It stops renewing at the batch's deadline, so even a worker stuck inside a kernel loses its lease and the
+    reaper hands the work to another worker.
+    """
+
+    def __init__(self, factory, claim: Claim, lease_s: float, deadline: float):
+        self.factory, self.claim, self.lease_s, self.deadline = factory, claim, lease_s, deadline
+        self.run_ids = {u.run_id for u in claim.units}
+        self.lost = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, name="lease-keeper", daemon=True)
+        self._next_cancel_check = 0.0
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join(timeout=10)
+
+    def _renew_loop(self) -> None:
+        while not self._done.wait(self.lease_s / 3) and time.monotonic() < self.deadline:
+            try:
+                held = leases.renew(self.factory, self.claim.units, self.lease_s)
+            except Exception:  # noqa: BLE001 - the database may be restarting; the next renewal tries again
+                log.warning("lease renewal failed; retrying", exc_info=True)
+                continue
+            if len(held) < len(self.claim.units):
+                self.lost = True
+                return
+
+    def should_stop(self) -> str | None:
+        if self.lost:
+            return "lease lost"
+        now = time.monotonic()
+        if now > self.deadline:
+            return "time limit"
+        if now >= self._next_cancel_check:  # at most once a second, however fast the steps are
+            self._next_cancel_check = now + 1.0
+            if leases.cancelled_runs(self.factory, self.run_ids):
+                return "cancelled"
+        return None

@@ -26,10 +26,19 @@ class Settings:
     gpu_hour_usd: float
     gpu_hour_source: str
     max_batch: int
-    # How long a claim is held before another worker may take the work over.
-    lease_s: float = 3600.0
-    device: str = "auto"
+    # A claim is held this long unless renewed (renewed every third of it while rendering): the longest a killed or
+    # frozen worker can hold work before another takes it over.
+    lease_s: float = 120.0
+    # Attempts before a video is failed with its last error.
+    max_attempts: int = 3
+    # First retry waits this long; each further retry waits twice as long (capped at 10 minutes).
+    retry_backoff_s: float = 10.0
+    # Time allowed for a batch of one Wan 480p 81-frame 50-step video; scaled by each batch's work (see
+    # jobs.render.batch_time_limit), never below min_time_limit_s. A batch past its limit is abandoned and retried.
+    time_limit_s: float = 1800.0
+    min_time_limit_s: float = 60.0
     queue: str = "render"
+    device: str = "auto"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -50,7 +59,12 @@ class Settings:
             gpu_hour_source=env.get("REELBATCH_GPU_HOUR_SOURCE") or DEFAULT_GPU_HOUR_SOURCE,
             max_batch=int(_number(env, "REELBATCH_MAX_BATCH", 4)),
             device=env.get("REELBATCH_DEVICE") or "auto",
-            lease_s=_number(env, "REELBATCH_LEASE_S", 3600.0),
+            lease_s=_number(env, "REELBATCH_LEASE_S", 120.0),
+            max_attempts=int(_number(env, "REELBATCH_MAX_ATTEMPTS", 3)),
+            retry_backoff_s=_number(env, "REELBATCH_RETRY_BACKOFF_S", 10.0),
+            time_limit_s=_number(env, "REELBATCH_TIME_LIMIT_S", 1800.0),
+            min_time_limit_s=_number(env, "REELBATCH_MIN_TIME_LIMIT_S", 60.0),
+            queue=env.get("REELBATCH_QUEUE") or "render",
         )
 
     def engine_config(self) -> EngineConfig:

@@ -2,31 +2,84 @@
 
 from __future__ import annotations
 
+import os
+import threading
+from datetime import datetime, timezone
 from functools import lru_cache
 
 from celery import shared_task
+from celery.signals import worker_process_init, worker_ready
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from engine.engine import Engine
+from jobs import leases
 from jobs.db import session_factory
 from jobs.render import render_next_batch
 from jobs.settings import Settings
+from jobs.sweeper import Sweeper
+
+# Set while this process renders, so its sweeper knows whether it is idle.
+_busy = threading.Event()
+
+# Tickets sent for one submission: each task claims a whole batch and passes the ticket on while work remains, so
+# a few thousand tickets keep any realistic fleet busy; the sweepers cover the rest.
+MAX_TICKETS = 5000
 
 
 @lru_cache(maxsize=1)
 def _worker_state() -> tuple[Settings, Engine]:
-    """Settings and the engine, made once per worker process: the pipeline loads once and stays."""
+    """Settings and the engine, made once per worker process: the pipeline loads once and stays.
+
+    Nothing here touches CUDA until the first render, which runs in the process that executes tasks (the prefork
+    child or the solo worker), never in a parent that forks afterwards.
+    """
     settings = Settings.from_env()
     return settings, Engine(settings.engine_config(), settings.registry())
 
 
-@shared_task(name="reelbatch.render_next", acks_late=True)
+# A database that is restarting or briefly unreachable: retry the ticket with backoff. The batch it held keeps
+# its lease until that expires, then the reaper hands it on; its stored objects are adopted, never duplicated.
+@shared_task(name="reelbatch.render_next", acks_late=True, autoretry_for=(OperationalError, InterfaceError),
+             retry_backoff=2, retry_backoff_max=60, retry_jitter=True, max_retries=30)
 def render_next() -> dict:
     settings, engine = _worker_state()
-    result = render_next_batch(settings, engine, session_factory(settings.database_url))
-    return {"claimed": result.claimed, "succeeded": result.succeeded, "failed": result.failed}
+    factory = session_factory(settings.database_url)
+    _busy.set()
+    try:
+        result = render_next_batch(settings, engine, factory)
+    finally:
+        _busy.clear()
+    if result.claimed and leases.claimable(factory):
+        send_tickets(1)
+    return result.__dict__
 
 
 def send_tickets(count: int) -> None:
-    """One ticket per pending unit; extra tickets find nothing to claim and return at once."""
-    for _ in range(count):
+    """Tickets only say "work may be waiting"; a ticket that finds nothing to claim returns at once."""
+    for _ in range(min(count, MAX_TICKETS)):
         render_next.apply_async()
+
+
+@shared_task(name="reelbatch.fire_schedules")
+def fire_schedules() -> int:
+    """Sent by `reelbatch beat`: fire every schedule that is due. Idempotent: each fire time makes one run."""
+    from jobs.schedules import fire_due
+
+    settings = Settings.from_env()
+    return len(fire_due(session_factory(settings.database_url), settings, datetime.now(timezone.utc)))
+
+
+def _start_sweeper() -> None:
+    settings = Settings.from_env()
+    Sweeper(settings, session_factory(settings.database_url), _busy, send_tickets).start()
+
+
+@worker_process_init.connect
+def _on_child_start(**_) -> None:
+    _start_sweeper()  # prefork: each child renders, so each child sweeps
+
+
+@worker_ready.connect
+def _on_worker_ready(**_) -> None:
+    if os.environ.get("REELBATCH_POOL", "solo") in ("solo", "threads"):
+        _start_sweeper()  # solo: the worker process itself renders

@@ -86,6 +86,16 @@ class LocalStore(Store):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def stat(self, key: str) -> StoredObject | None:
+        path = self._path(key)
+        try:
+            return StoredObject(uri=self.uri_for(key), key=key, bytes=path.stat().st_size, sha256=_hash_file(path),
+                                existed=True)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _store_error(exc, self.uri_for(key)) from exc
+
     def _path(self, key: str) -> Path:
         path = self.root / check_key(key)
         # check_key already rules out '..' and absolute keys; this guards the rule itself.

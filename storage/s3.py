@@ -65,7 +65,7 @@ class S3Store(Store):
         uri = self.uri_for(key)
         full_key = self._full_key(key)
         with self._errors(uri):
-            found = self._resolve_existing(key, full_key, sha256, len(data))
+            found = self._resolve_existing(key, sha256, len(data))
             if found is not None:
                 return found
             try:
@@ -83,7 +83,7 @@ class S3Store(Store):
             except boto_errors.ClientError as exc:
                 code = _code(exc)
                 if code == "PreconditionFailed":  # lost the race: someone created the key since our head_object
-                    found = self._resolve_existing(key, full_key, sha256, len(data))
+                    found = self._resolve_existing(key, sha256, len(data))
                     if found is not None:
                         return found
                     raise StoreUnavailable(f"{uri}: the object appeared and vanished during the put; retry") from exc
@@ -117,6 +117,17 @@ class S3Store(Store):
         with self._errors(self.uri_for(key)):
             return self._head(self._full_key(key)) is not None
 
+    def stat(self, key: str) -> StoredObject | None:
+        full_key = self._full_key(key)
+        with self._errors(self.uri_for(key)):
+            head = self._head(full_key)
+            if head is None:
+                return None
+            stored = head.get("Metadata", {}).get("sha256")
+            if stored is None:  # written by something other than reelbatch: hash the bytes themselves
+                stored = sha256_hex(self._client.get_object(Bucket=self.bucket, Key=full_key)["Body"].read())
+        return StoredObject(uri=self.uri_for(key), key=key, bytes=head["ContentLength"], sha256=stored, existed=True)
+
     def _full_key(self, key: str) -> str:
         return self.prefix + check_key(key)
 
@@ -130,21 +141,18 @@ class S3Store(Store):
                 return None
             raise
 
-    def _resolve_existing(self, key: str, full_key: str, sha256: str, size: int) -> StoredObject | None:
+    def _resolve_existing(self, key: str, sha256: str, size: int) -> StoredObject | None:
         """None if the key is free; StoredObject(existed=True) if it holds these bytes; else ObjectConflict."""
-        head = self._head(full_key)
-        if head is None:
+        found = self.stat(key)
+        if found is None:
             return None
-        stored = head.get("Metadata", {}).get("sha256")
-        if stored is None:  # written by something other than reelbatch: hash the bytes themselves
-            stored = sha256_hex(self._client.get_object(Bucket=self.bucket, Key=full_key)["Body"].read())
         # The length check is free and catches a truncated object whose metadata still claims the right hash.
-        if stored != sha256 or head["ContentLength"] != size:
+        if found.sha256 != sha256 or found.bytes != size:
             raise ObjectConflict(
-                f"{self.uri_for(key)} already holds different bytes (sha256 {stored}, {head['ContentLength']} bytes);"
+                f"{found.uri} already holds different bytes (sha256 {found.sha256}, {found.bytes} bytes);"
                 f" refusing to overwrite it with sha256 {sha256} ({size} bytes)"
             )
-        return StoredObject(uri=self.uri_for(key), key=key, bytes=head["ContentLength"], sha256=sha256, existed=True)
+        return found
 
     @contextmanager
     def _errors(self, uri: str) -> Iterator[None]:

@@ -78,6 +78,10 @@ class Store(ABC):
     @abstractmethod
     def exists(self, key: str) -> bool: ...
 
+    @abstractmethod
+    def stat(self, key: str) -> StoredObject | None:
+        """The object at `key` (size and SHA-256, existed=True), or None if the key is free."""
+
 
 def check_key(key: str) -> str:
     """Return `key` if it is a plain relative key (`run/video-1.mp4`), else raise ValueError.

@@ -5,7 +5,7 @@ import threading
 import pytest
 from sqlalchemy import func, inspect, select
 
-from jobs import queries
+from jobs import leases, queries
 from jobs.db import current_and_head, make_engine, session_factory
 from jobs.errors import RunNameTaken, SchemaOutOfDate
 from jobs.manifest import derive_seed, load_manifest
@@ -72,13 +72,13 @@ def test_claim_takes_one_shape_highest_priority_first(factory, registry, tmp_pat
                                                              for i in range(3)]), registry=registry)
     queries.submit_run(factory, low, output="file:///tmp/out/")
     queries.submit_run(factory, high, output="file:///tmp/out/")
-    first = queries.claim_batch(factory, owner="w1", max_batch=2, lease_s=60)
+    first = leases.claim_batch(factory, owner="w1", max_batch=2, lease_s=60)
     assert first.batch.shape.steps == 2 and [u.key for u in first.units] == ["h0", "h1"]
-    second = queries.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
+    second = leases.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
     assert [u.key for u in second.units] == ["h2"], "a batch holds one shape only"
-    third = queries.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
+    third = leases.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
     assert [u.key for u in third.units] == ["l0", "l1", "l2"] and third.batch.shape.steps == 4
-    assert queries.claim_batch(factory, owner="w1", max_batch=8, lease_s=60) is None
+    assert leases.claim_batch(factory, owner="w1", max_batch=8, lease_s=60) is None
     with factory() as session:
         assert {Status(v.status) for v in session.scalars(select(Video))} == {Status.RUNNING}
 
@@ -90,7 +90,7 @@ def test_concurrent_claims_are_disjoint(factory, registry, tmp_path):
     taken: list[list[int]] = [[], []]
 
     def claimer(slot):
-        while (claim := queries.claim_batch(factory, owner=f"w{slot}", max_batch=3, lease_s=60)) is not None:
+        while (claim := leases.claim_batch(factory, owner=f"w{slot}", max_batch=3, lease_s=60)) is not None:
             taken[slot].extend(u.unit_id for u in claim.units)
 
     threads = [threading.Thread(target=claimer, args=(i,)) for i in range(2)]
@@ -105,14 +105,14 @@ def test_concurrent_claims_are_disjoint(factory, registry, tmp_path):
 def test_success_is_fenced_and_records_one_cost_row(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path), registry=registry)
     queries.submit_run(factory, spec, output="file:///tmp/out/")
-    claim = queries.claim_batch(factory, owner="w1", max_batch=1, lease_s=60)
+    claim = leases.claim_batch(factory, owner="w1", max_batch=1, lease_s=60)
     unit = claim.units[0]
-    out = queries.VideoOutput("file:///tmp/out/night/a.mp4", 1234, "ab" * 32, 3.0, 0.5, 0.5)
-    rate = queries.Rate(3.6, "test rate")
-    stale = queries.ClaimedUnit(**{**unit.__dict__, "token": unit.token - 1})
-    assert queries.record_success(factory, stale, out, rate) is False, "a stale lease token writes nothing"
-    assert queries.record_success(factory, unit, out, rate) is True
-    assert queries.record_success(factory, unit, out, rate) is False, "a finished unit is never written twice"
+    out = leases.VideoOutput("file:///tmp/out/night/a.mp4", 1234, "ab" * 32, 3.0, 0.5, 0.5)
+    rate = leases.Rate(3.6, "test rate")
+    stale = leases.ClaimedUnit(**{**unit.__dict__, "token": unit.token - 1})
+    assert leases.record_success(factory, stale, out, rate) is False, "a stale lease token writes nothing"
+    assert leases.record_success(factory, unit, out, rate) is True
+    assert leases.record_success(factory, unit, out, rate) is False, "a finished unit is never written twice"
     with factory() as session:
         video = session.get(Video, unit.video_id)
         costs = list(session.scalars(select(CostRecord)))

@@ -1,5 +1,6 @@
 """The store contract, run against a real folder and a real S3-protocol server (moto, over HTTP on loopback)."""
 
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -266,3 +267,30 @@ def _fingerprint(store, key):
         return stat.st_ino, stat.st_mtime_ns
     head = raw_s3().head_object(Bucket=store.bucket, Key=store.prefix + key)
     return head["ETag"], head["LastModified"], head["Metadata"]
+
+
+def test_stat_reports_size_and_checksum_or_none(tmp_path, s3_env):
+    from storage.stores import open_store
+
+    data = b"an mp4, as far as this test cares"
+    digest = hashlib.sha256(data).hexdigest()
+    for store in (open_store(f"file://{tmp_path}/"), open_store(f"s3://{s3_env}/p/")):
+        assert store.stat("run/a.mp4") is None
+        store.put("run/a.mp4", data, sha256=digest, metadata={"id": "a"})
+        found = store.stat("run/a.mp4")
+        assert (found.bytes, found.sha256, found.existed) == (len(data), digest, True)
+        assert found.uri == store.uri_for("run/a.mp4")
+
+
+def test_s3_metadata_with_unicode_ids_round_trips_percent_encoded(s3_env):
+    import boto3
+    from urllib.parse import unquote
+
+    from storage.stores import open_store
+
+    data = b"x" * 10
+    store = open_store(f"s3://{s3_env}/")
+    store.put("run/vidéo-東京.mp4", data, sha256=hashlib.sha256(data).hexdigest(),
+              metadata={"id": "vidéo-東京", "run": "run"})
+    head = boto3.client("s3").head_object(Bucket=s3_env, Key="run/vidéo-東京.mp4")
+    assert unquote(head["Metadata"]["id"]) == "vidéo-東京" and head["Metadata"]["run"] == "run"

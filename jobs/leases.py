@@ -1,0 +1,253 @@
+"""Claims as leases: take work, hold it, give it back, and record results, fenced by a token.
+
+The database is the source of truth. A claim sets each unit's lease (owner, expiry, a token that grows with every
+claim). The worker renews the lease while it renders; every write it makes afterwards presents its token and changes
+nothing if the token is stale (its lease expired and the reaper handed the unit to someone else). The reaper puts
+expired units back to pending, so a killed or frozen worker never holds work for longer than one lease.
+Lease times come from the workers' clocks: keep them NTP-synchronised (leases are minutes, skew is milliseconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.models import CostRecord, Run, Video, WorkUnit, utcnow
+from jobs.queries import Factory
+from jobs.status import Status, transition
+
+
+@dataclass(frozen=True)
+class ClaimedUnit:
+    unit_id: int
+    token: int
+    video_id: int
+    run_id: int
+    key: str
+    run_name: str
+    output: str
+    seed: int
+    fps: int
+    frames: int
+    attempts: int
+    # The checksum an earlier attempt was about to upload, if any (see mark_uploading).
+    upload_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    batch: RenderBatch
+    units: tuple[ClaimedUnit, ...]
+
+
+def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float) -> Claim | None:
+    """Atomically take up to `max_batch` claimable units of one shape: the shape of the best claimable unit.
+
+    Best = highest rank (jobs.queries.unit_rank). Claimable = pending and past its retry backoff. A unit marked solo
+    (its batch failed before) is claimed alone. On PostgreSQL both selects use FOR UPDATE SKIP LOCKED, so concurrent
+    workers take disjoint units without waiting; on SQLite the transaction is BEGIN IMMEDIATE (see jobs.db).
+    """
+    now = utcnow()
+    claimable = (WorkUnit.status == Status.PENDING, or_(WorkUnit.not_before.is_(None), WorkUnit.not_before <= now))
+    order = (WorkUnit.rank.desc(), WorkUnit.id)
+    with factory.begin() as s:
+        first = s.scalar(select(WorkUnit).where(*claimable).order_by(*order).limit(1)
+                         .with_for_update(skip_locked=True))
+        if first is None:
+            return None
+        units = [first]
+        if not first.solo and max_batch > 1:
+            units += s.scalars(select(WorkUnit).where(*claimable, WorkUnit.shape_key == first.shape_key,
+                                                      WorkUnit.solo.is_(False), WorkUnit.id != first.id)
+                               .order_by(*order).limit(max_batch - 1).with_for_update(skip_locked=True))
+        videos = {v.id: v for v in s.scalars(select(Video).where(Video.id.in_([u.video_id for u in units])))}
+        runs = {r.id: r for r in s.scalars(select(Run).where(Run.id.in_({v.run_id for v in videos.values()})))}
+        claimed = []
+        for unit in units:
+            video = videos[unit.video_id]
+            _move(unit, video, Status.RUNNING)
+            unit.attempts += 1
+            video.attempts += 1
+            unit.lease_owner, unit.lease_token = owner, unit.lease_token + 1
+            unit.lease_expires_at = now + timedelta(seconds=lease_s)
+            video.started_at = now
+            claimed.append((unit, video, runs[video.run_id]))
+        s.flush()
+        v0, run0 = claimed[0][1], claimed[0][2]
+        shape = Shape(run0.model, v0.width, v0.height, v0.frames, v0.steps, v0.guidance)
+        return Claim(
+            RenderBatch(shape, tuple(RenderRequest(v.id, v.prompt, v.negative_prompt, v.seed) for _, v, _ in claimed)),
+            tuple(ClaimedUnit(u.id, u.lease_token, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
+                              u.attempts, v.upload_sha256) for u, v, r in claimed),
+        )
+
+
+def _move(unit: WorkUnit, video: Video, status: Status) -> None:
+    """A unit and its video change status together (one unit per video until chunked long videos)."""
+    transition(unit, status)
+    transition(video, status)
+    if status is not Status.RUNNING:
+        unit.lease_owner, unit.lease_expires_at = None, None
+    if status.terminal:
+        video.finished_at = utcnow()
+
+
+def _fenced(s: Session, unit: ClaimedUnit) -> tuple[WorkUnit, Video] | None:
+    """The unit and video rows, locked, if this worker still holds the lease; else None (the write is refused)."""
+    row = s.scalar(select(WorkUnit).where(WorkUnit.id == unit.unit_id).with_for_update())
+    if row is None or row.lease_token != unit.token or row.status != Status.RUNNING:
+        return None
+    return row, s.get(Video, row.video_id, with_for_update=True)
+
+
+def renew(factory: Factory, units: tuple[ClaimedUnit, ...], lease_s: float) -> set[int]:
+    """Extend the leases this worker still holds; returns the ids of those units (a missing id was taken over)."""
+    held = set()
+    with factory.begin() as s:
+        expires = utcnow() + timedelta(seconds=lease_s)
+        for unit in units:
+            rows = _fenced(s, unit)
+            if rows is not None:
+                rows[0].lease_expires_at = expires
+                held.add(unit.unit_id)
+    return held
+
+
+def reap_expired(factory: Factory, *, max_attempts: int) -> int:
+    """Return units whose lease expired (a killed, frozen or partitioned worker) to pending; returns how many.
+
+    The claim that expired counted as an attempt: a unit that has used `max_attempts` is failed instead, so a video
+    that kills its worker every time cannot loop forever.
+    """
+    requeued = 0
+    with factory.begin() as s:
+        expired = list(s.scalars(select(WorkUnit).where(WorkUnit.status == Status.RUNNING,
+                                                        WorkUnit.lease_expires_at < utcnow())
+                                 .with_for_update(skip_locked=True)))
+        for unit in expired:
+            video = s.get(Video, unit.video_id)
+            error = f"lease expired: worker {unit.lease_owner} stopped renewing it (attempt {unit.attempts})"
+            requeued += _retry_or_fail(s, unit, video, error, max_attempts=max_attempts, not_before=None)
+    return requeued
+
+
+def _retry_or_fail(s: Session, unit: WorkUnit, video: Video, error: str, *, max_attempts: int,
+                   not_before: datetime | None, solo: bool = False) -> bool:
+    """Back to pending (True), or failed after the last attempt, or cancelled if its run was cancelled."""
+    unit.last_error = video.last_error = error[:4000]
+    if s.get(Run, video.run_id).cancelled_at is not None:
+        _move(unit, video, Status.CANCELLED)
+        return False
+    if unit.attempts >= max_attempts:
+        video.last_error = f"failed after {unit.attempts} attempts: {error}"[:4000]
+        _move(unit, video, Status.FAILED)
+        return False
+    _move(unit, video, Status.PENDING)
+    unit.not_before = not_before
+    unit.solo = unit.solo or solo
+    return True
+
+
+def record_retry(factory: Factory, unit: ClaimedUnit, error: str, *, max_attempts: int, backoff_s: float,
+                 solo: bool = False) -> bool | None:
+    """A failed attempt: retry after `backoff_s` (True) or, past `max_attempts`, fail (False). None: lease lost."""
+    with factory.begin() as s:
+        rows = _fenced(s, unit)
+        if rows is None:
+            return None
+        return _retry_or_fail(s, *rows, error, max_attempts=max_attempts,
+                              not_before=utcnow() + timedelta(seconds=backoff_s), solo=solo)
+
+
+def release(factory: Factory, unit: ClaimedUnit) -> bool:
+    """Give a unit back without charging an attempt (shutdown, or its batch stopped for another's cancel).
+
+    Units of a cancelled run become cancelled. False if the lease was already lost.
+    """
+    with factory.begin() as s:
+        rows = _fenced(s, unit)
+        if rows is None:
+            return False
+        row, video = rows
+        row.attempts -= 1
+        video.attempts -= 1
+        cancelled = s.get(Run, video.run_id).cancelled_at is not None
+        _move(row, video, Status.CANCELLED if cancelled else Status.PENDING)
+        return True
+
+
+def cancelled_runs(factory: Factory, run_ids: set[int]) -> set[int]:
+    with factory() as s:
+        return set(s.scalars(select(Run.id).where(Run.id.in_(run_ids), Run.cancelled_at.is_not(None))))
+
+
+def mark_uploading(factory: Factory, unit: ClaimedUnit, sha256: str) -> bool:
+    """Record, before the upload, the checksum about to be stored at the video's key.
+
+    If this worker dies after the upload but before record_success, the next attempt finds an object with exactly
+    this checksum at the key and adopts it, instead of rendering again and failing on a conflict with itself.
+    """
+    with factory.begin() as s:
+        rows = _fenced(s, unit)
+        if rows is None:
+            return False
+        rows[1].upload_sha256 = sha256
+        return True
+
+
+@dataclass(frozen=True)
+class VideoOutput:
+    uri: str
+    bytes: int
+    sha256: str
+    render_s: float
+    encode_s: float
+    upload_s: float
+
+
+@dataclass(frozen=True)
+class Rate:
+    usd_per_hour: float
+    source: str
+
+
+def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: Rate) -> bool:
+    """Mark one video succeeded with its output and its cost record. False if the lease was lost."""
+    with factory.begin() as s:
+        rows = _fenced(s, unit)
+        if rows is None:
+            return False
+        row, video = rows
+        _move(row, video, Status.SUCCEEDED)
+        video.uri, video.bytes, video.sha256 = out.uri, out.bytes, out.sha256
+        video.render_s, video.encode_s, video.upload_s = out.render_s, out.encode_s, out.upload_s
+        video.last_error = row.last_error = None
+        seconds = out.render_s + out.encode_s + out.upload_s
+        s.add(CostRecord(video_id=video.id, kind="gpu", seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,
+                         rate_source=rate.source, amount_micro_usd=round(seconds * rate.usd_per_hour / 3600 * 1e6)))
+        return True
+
+
+def record_failure(factory: Factory, unit: ClaimedUnit, error: str) -> bool:
+    """Fail one video for good (retrying cannot help, e.g. a different object at its key). False if lease lost."""
+    with factory.begin() as s:
+        rows = _fenced(s, unit)
+        if rows is None:
+            return False
+        row, video = rows
+        row.last_error = video.last_error = error[:4000]
+        _move(row, video, Status.FAILED)
+        return True
+
+
+def claimable(factory: Factory) -> bool:
+    """Is any unit waiting that a worker could claim now?"""
+    now = utcnow()
+    with factory() as s:
+        return s.scalar(select(WorkUnit.id).where(
+            WorkUnit.status == Status.PENDING,
+            or_(WorkUnit.not_before.is_(None), WorkUnit.not_before <= now)).limit(1)) is not None

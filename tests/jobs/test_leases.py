@@ -1,0 +1,211 @@
+"""Claims as leases against SQLite and a real PostgreSQL: disjoint claims, expiry, fencing, retries, cancel, resume."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select, update
+
+from engine.engine import Engine
+from jobs import leases, queries
+from jobs.manifest import load_manifest
+from jobs.models import CostRecord, Video, WorkUnit, utcnow
+from jobs.render import render_next_batch
+from jobs.settings import Settings
+from jobs.status import Status
+
+from .test_db import write_manifest
+
+
+def submit(factory, registry, tmp_path, n, *, name="r", priority=0, more=""):
+    spec = load_manifest(write_manifest(tmp_path, name, priority, [(f"v{i}", f"video {i}", more) for i in range(n)]),
+                         registry=registry)
+    return queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
+
+
+def statuses(factory):
+    with factory() as s:
+        return {v.key: Status(v.status) for v in s.scalars(select(Video))}
+
+
+CLAIMER = """
+import json, sys
+from jobs import leases
+from jobs.db import session_factory
+factory = session_factory(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()  # start together, so the claims really race
+taken = []
+while (claim := leases.claim_batch(factory, owner=sys.argv[2], max_batch=7, lease_s=600)) is not None:
+    taken += [u.unit_id for u in claim.units]
+print(json.dumps(taken))
+"""
+
+
+def test_two_processes_claim_disjoint_sets(factory, db_url, registry, tmp_path):
+    submit(factory, registry, tmp_path, 2000)
+    procs = [subprocess.Popen([sys.executable, "-c", CLAIMER, db_url, f"p{i}"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for i in range(2)]
+    assert [p.stdout.readline() for p in procs] == ["ready\n", "ready\n"]
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    taken = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert not set(taken[0]) & set(taken[1]), "a unit was claimed twice"
+    assert len(taken[0]) + len(taken[1]) == 2000 and all(taken), "both processes claimed, nothing was left"
+
+
+def test_expired_lease_is_reaped_and_the_old_holder_is_fenced_out(factory, registry, tmp_path):
+    submit(factory, registry, tmp_path, 2)
+    old = leases.claim_batch(factory, owner="frozen", max_batch=8, lease_s=0.05)
+    time.sleep(0.1)
+    assert leases.reap_expired(factory, max_attempts=3) == 2
+    assert set(statuses(factory).values()) == {Status.PENDING}
+    new = leases.claim_batch(factory, owner="alive", max_batch=8, lease_s=60)
+    assert [u.token for u in new.units] == [u.token + 1 for u in old.units]
+    out = leases.VideoOutput("file:///x.mp4", 1, "ab" * 32, 1.0, 0.0, 0.0)
+    rate = leases.Rate(1.0, "test")
+    unit = old.units[0]
+    assert not leases.record_success(factory, unit, out, rate)
+    assert not leases.record_failure(factory, unit, "late")
+    assert leases.record_retry(factory, unit, "late", max_attempts=3, backoff_s=0) is None
+    assert not leases.mark_uploading(factory, unit, "cd" * 32)
+    assert not leases.release(factory, unit)
+    assert leases.renew(factory, old.units, 60) == set()
+    assert leases.renew(factory, new.units, 60) == {u.unit_id for u in new.units}
+    assert set(statuses(factory).values()) == {Status.RUNNING}, "the late writes changed nothing"
+
+
+def test_reaping_past_max_attempts_fails_the_video(factory, registry, tmp_path):
+    submit(factory, registry, tmp_path, 1)
+    for _ in range(2):
+        leases.claim_batch(factory, owner="dies", max_batch=1, lease_s=0.01)
+        time.sleep(0.05)
+        leases.reap_expired(factory, max_attempts=2)
+    assert statuses(factory) == {"v0": Status.FAILED}
+    with factory() as s:
+        video = s.scalar(select(Video))
+    assert video.attempts == 2 and "failed after 2 attempts: lease expired" in video.last_error
+
+
+def test_retry_waits_out_its_backoff_and_a_split_batch_retries_alone(factory, registry, tmp_path):
+    submit(factory, registry, tmp_path, 3)
+    claim = leases.claim_batch(factory, owner="w", max_batch=8, lease_s=60)
+    for unit in claim.units:
+        assert leases.record_retry(factory, unit, "boom", max_attempts=3, backoff_s=0.3, solo=True) is True
+    assert leases.claim_batch(factory, owner="w", max_batch=8, lease_s=60) is None, "still backing off"
+    assert not leases.claimable(factory)
+    time.sleep(0.35)
+    assert leases.claimable(factory)
+    sizes = []
+    while (c := leases.claim_batch(factory, owner="w", max_batch=8, lease_s=60)) is not None:
+        sizes.append(len(c.units))
+    assert sizes == [1, 1, 1], "units of a failed batch are claimed one at a time"
+
+
+def test_waiting_work_ages_past_newer_higher_priority_work(factory, registry, tmp_path):
+    submit(factory, registry, tmp_path, 1, name="old", priority=0)
+    submit(factory, registry, tmp_path, 1, name="new", priority=1, more="    steps: 2\n")
+    # Make the priority-0 work 11 minutes older: more than one level of aging (600 s).
+    with factory.begin() as s:
+        s.execute(update(WorkUnit).where(WorkUnit.priority == 0).values(rank=WorkUnit.rank + 660))
+    first = leases.claim_batch(factory, owner="w", max_batch=8, lease_s=60)
+    assert first.units[0].run_name == "old"
+    assert queries.unit_rank(9, utcnow()) > queries.unit_rank(0, utcnow() - timedelta(minutes=89))
+    assert queries.unit_rank(9, utcnow()) < queries.unit_rank(0, utcnow() - timedelta(minutes=91))
+
+
+def test_cancel_and_resume_are_idempotent(factory, registry, tmp_path):
+    submit(factory, registry, tmp_path, 3)
+    running = leases.claim_batch(factory, owner="w", max_batch=1, lease_s=60)
+    assert queries.cancel_run(factory, "r") == ("r", 2)
+    assert queries.cancel_run(factory, "r") == ("r", 0)
+    assert sorted(statuses(factory).values()) == [Status.CANCELLED, Status.CANCELLED, Status.RUNNING]
+    assert leases.cancelled_runs(factory, {running.units[0].run_id}) == {running.units[0].run_id}
+    assert leases.release(factory, running.units[0]), "the running batch stops at its step boundary"
+    assert set(statuses(factory).values()) == {Status.CANCELLED}
+    assert queries.resume_run(factory, "r") == ("r", 3)
+    assert queries.resume_run(factory, "r") == ("r", 0)
+    assert set(statuses(factory).values()) == {Status.PENDING}
+    with factory() as s:
+        assert {v.attempts for v in s.scalars(select(Video))} == {0}
+
+
+class FlakyEngine(Engine):
+    """The real engine, except that a batch holding a prompt with BOOM raises (a fault to inject)."""
+
+    def render(self, batch, should_stop=None):
+        if any("BOOM" in r.prompt for r in batch.requests):
+            raise RuntimeError("simulated kernel crash")
+        return super().render(batch, should_stop)
+
+
+@pytest.fixture
+def worker_settings(db_url, model_cache):
+    return dataclasses.replace(Settings.from_env({}), database_url=db_url, cache_dir=model_cache, max_batch=4,
+                               max_attempts=3, retry_backoff_s=0.01, lease_s=30)
+
+
+def drain(settings, engine, factory, limit=30):
+    results = []
+    for _ in range(limit):
+        if not leases.claimable(factory):
+            time.sleep(0.05)  # a retry may still be backing off
+            if not leases.claimable(factory):
+                break
+        results.append(render_next_batch(settings, engine, factory))
+    return results
+
+
+def test_a_video_that_always_raises_fails_after_exactly_n_attempts(factory, registry, tmp_path, worker_settings):
+    spec_file = tmp_path / "flaky.yaml"
+    spec_file.write_text("name: flaky\ndefaults: {steps: 2}\nvideos:\n  - {id: good1, prompt: fine}\n"
+                         "  - {id: bad, prompt: BOOM goes the kernel}\n  - {id: good2, prompt: also fine}\n")
+    queries.submit_run(factory, load_manifest(spec_file, registry=registry), output=f"file://{tmp_path}/out/")
+    drain(worker_settings, FlakyEngine(worker_settings.engine_config(), registry), factory)
+    with factory() as s:
+        videos = {v.key: v for v in s.scalars(select(Video))}
+        costs = s.scalar(select(func.count()).select_from(CostRecord))
+    assert {k: Status(v.status) for k, v in videos.items()} == {
+        "good1": Status.SUCCEEDED, "bad": Status.FAILED, "good2": Status.SUCCEEDED}
+    assert videos["bad"].attempts == 3
+    assert videos["bad"].last_error == "failed after 3 attempts: RuntimeError: simulated kernel crash"
+    assert costs == 2 and (tmp_path / "out" / "flaky" / "good1.mp4").is_file()
+
+
+def test_a_batch_past_its_time_limit_is_abandoned_and_retried(factory, registry, tmp_path, worker_settings):
+    settings = dataclasses.replace(worker_settings, time_limit_s=1e-9, min_time_limit_s=0.2, max_attempts=2)
+    submit(factory, registry, tmp_path, 2, more="    steps: 200\n")
+    engine = Engine(settings.engine_config(), registry)
+    first = render_next_batch(settings, engine, factory)
+    assert (first.claimed, first.retried) == (2, 2)
+    drain(settings, engine, factory)
+    with factory() as s:
+        videos = list(s.scalars(select(Video)))
+    assert {Status(v.status) for v in videos} == {Status.FAILED}
+    assert all("batch time limit of 0 s exceeded" in v.last_error and v.attempts == 2 for v in videos)
+
+
+def test_cancel_stops_a_running_batch_at_a_step_boundary(factory, registry, tmp_path, worker_settings):
+    submit(factory, registry, tmp_path, 2, more="    steps: 200\n")
+    engine = Engine(worker_settings.engine_config(), registry)
+    engine.pipeline("tiny")
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(r=render_next_batch(worker_settings, engine, factory)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while set(statuses(factory).values()) != {Status.RUNNING} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    queries.cancel_run(factory, "r")
+    started = time.monotonic()
+    thread.join(timeout=60)
+    assert time.monotonic() - started < 10, "200 steps would take far longer: it stopped at a step boundary"
+    assert result["r"].released == 2
+    assert set(statuses(factory).values()) == {Status.CANCELLED}
+    assert not (tmp_path / "out" / "r").exists(), "nothing was uploaded"
