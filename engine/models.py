@@ -99,7 +99,10 @@ def load_registry(models_file: Path | None = None) -> Registry:
     registry = Registry()
     if models_file is None:
         return registry
-    data = yaml.safe_load(Path(models_file).read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(Path(models_file).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ModelNotFound(f"{models_file}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ModelNotFound(f"{models_file}: expected a mapping of model names")
     for name, entry in data.items():

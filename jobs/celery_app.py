@@ -7,18 +7,10 @@ the database, and an empty claim is a no-op.
 
 from __future__ import annotations
 
-import os
-
 from celery import Celery
 
 from jobs.errors import UsageError
 from jobs.settings import Settings
-
-# Redis (and SQS) redeliver an unacked message after this long; it must exceed the longest task, or a long batch's
-# ticket runs twice (celery#2599). A second run is harmless here, but wasteful.
-VISIBILITY_TIMEOUT_S = int(os.environ.get("REELBATCH_VISIBILITY_TIMEOUT_S", 6 * 3600))
-# The hard limit on one task (prefork kills the child past it): the longest batch a worker may render.
-MAX_RENDER_S = int(os.environ.get("REELBATCH_MAX_RENDER_S", 4 * 3600))
 
 
 def create_app(settings: Settings | None = None) -> Celery:
@@ -31,13 +23,15 @@ def create_app(settings: Settings | None = None) -> Celery:
         task_ignore_result=True,
         task_default_queue=settings.queue,
         # Rendering goes only to the queue GPU workers consume (`reelbatch worker --queue`).
+        # Schedule firings go to a small control queue every worker also consumes, so a firing never waits behind
+        # thousands of render tickets.
         task_routes={"reelbatch.render_next": {"queue": settings.queue},
-                     "reelbatch.fire_schedules": {"queue": settings.queue}},
-        task_time_limit=MAX_RENDER_S,
+                     "reelbatch.fire_schedules": {"queue": control_queue(settings)}},
+        task_time_limit=settings.max_render_s,
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
-        broker_transport_options=_transport_options(settings.broker_url),
+        broker_transport_options=_transport_options(settings),
         worker_cancel_long_running_tasks_on_connection_loss=True,
         worker_hijack_root_logger=False,
         # Task events, so Flower (or `celery events`) can watch the workers.
@@ -47,26 +41,33 @@ def create_app(settings: Settings | None = None) -> Celery:
     return app
 
 
+def control_queue(settings: Settings) -> str:
+    return f"{settings.queue}.control"
+
+
 def _redelivers(broker_url: str) -> bool:
     return broker_url.split("://", 1)[0] in ("redis", "rediss", "sqs")
 
 
-def _transport_options(broker_url: str) -> dict:
+def _transport_options(settings: Settings) -> dict:
     # Only brokers that redeliver after a visibility timeout take the option (the SQLite transport hands its
-    # options to SQLAlchemy's create_engine, which refuses unknown keywords).
-    return {"visibility_timeout": VISIBILITY_TIMEOUT_S} if _redelivers(broker_url) else {}
+    # options to SQLAlchemy's create_engine, which refuses unknown keywords). A redelivered ticket is harmless here
+    # (the database decides who renders what), but a timeout shorter than a batch would waste tickets.
+    return {"visibility_timeout": settings.visibility_timeout_s} if _redelivers(settings.broker_url) else {}
 
 
 def check_worker_config(settings: Settings) -> None:
     """Refuse to start a worker whose broker would hand a running ticket to a second worker."""
-    if _redelivers(settings.broker_url) and VISIBILITY_TIMEOUT_S <= MAX_RENDER_S:
+    if _redelivers(settings.broker_url) and settings.visibility_timeout_s <= settings.max_render_s:
         raise UsageError(
-            f"the broker's visibility timeout ({VISIBILITY_TIMEOUT_S} s, REELBATCH_VISIBILITY_TIMEOUT_S) must exceed "
-            f"the longest allowed render ({MAX_RENDER_S} s, REELBATCH_MAX_RENDER_S), or long batches are delivered "
-            "twice; raise the first or lower the second"
+            f"the broker's visibility timeout ({settings.visibility_timeout_s:g} s, REELBATCH_VISIBILITY_TIMEOUT_S) "
+            f"must exceed the longest allowed render ({settings.max_render_s:g} s, REELBATCH_MAX_RENDER_S), or long "
+            "batches are delivered twice; raise the first or lower the second"
         )
     if settings.lease_s < 3:
         raise UsageError(f"REELBATCH_LEASE_S={settings.lease_s:g} is too short to renew; use at least 3 seconds")
 
 
 app = create_app()
+# Threads of this process (the sweeper, say) fall back to the default app: make it this one.
+app.set_default()

@@ -13,22 +13,20 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jobs import queries
+from jobs.console import err, fail, out
 from jobs.db import session_factory, upgrade
 from jobs.errors import ReelbatchError, UsageError
 from jobs.report import report_dict, print_report
-from jobs.settings import Settings
+from jobs.settings import Settings, absolute_output
 
 app = typer.Typer(help="Batch-render text-to-video manifests to verified MP4s with cost records.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-out = Console()
-err = Console(stderr=True)
 
 ManifestArg = Annotated[Path, typer.Argument(help="A manifest file: .yaml/.yml (a run) or .jsonl (one video a line).")]
 NameOpt = Annotated[Optional[str], typer.Option("--name", help="Run name (JSONL: default the file's stem).")]
@@ -37,11 +35,6 @@ OutputOpt = Annotated[Optional[str], typer.Option("--output", help="Output URI p
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="FIELD=VALUE default for every video; repeatable.")]
 NewRunOpt = Annotated[bool, typer.Option("--new-run", help="Always make a new run (the name gets a numeric suffix).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
-
-
-def _fail(exc: ReelbatchError) -> None:
-    err.print(str(exc), markup=False, highlight=False, soft_wrap=True)
-    raise typer.Exit(exc.exit_code)
 
 
 def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_run) -> queries.Submitted:
@@ -60,19 +53,6 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_r
     return submitted
 
 
-def absolute_output(uri: str) -> str:
-    """An output prefix that means the same wherever a worker runs: relative folders are made absolute."""
-    if not uri.endswith("/"):
-        uri += "/"
-    # abspath, not resolve(): symlinks stay as written, so the prefix checked against REELBATCH_ALLOWED_OUTPUTS
-    # is the prefix used.
-    if uri.startswith("file://"):
-        return f"file://{os.path.abspath(uri[len('file://'):])}/"
-    if "://" not in uri:
-        return f"file://{os.path.abspath(uri)}/"
-    return uri
-
-
 @app.command()
 def submit(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, output: OutputOpt = None,
            set_: SetOpt = None, new_run: NewRunOpt = False, json_: JsonOpt = False) -> None:
@@ -81,7 +61,7 @@ def submit(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, 
         settings = Settings.from_env()
         s = _submit(settings, manifest, name, model, output, set_, new_run)
     except ReelbatchError as exc:
-        _fail(exc)
+        fail(exc)
     if json_:
         out.print_json(json.dumps({"run_id": s.run_id, "name": s.name, "videos": s.videos, "created": s.created,
                                    "pending": s.pending_units}))
@@ -102,7 +82,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
             _render_with_embedded_worker(factory, s)
         run_row, videos = queries.load_report(factory, str(s.run_id))
     except ReelbatchError as exc:
-        _fail(exc)
+        fail(exc)
     report = report_dict(run_row, videos)
     if json_:
         out.print_json(json.dumps(report))
@@ -158,9 +138,9 @@ def worker(
 ) -> None:
     """Run a Celery worker that claims and renders queued work. SIGTERM: finish the batch in hand, then stop."""
     if pool not in ("solo", "prefork"):
-        _fail(UsageError(f"--pool must be solo or prefork, got {pool!r}"))
+        fail(UsageError(f"--pool must be solo or prefork, got {pool!r}"))
     if pool == "solo" and concurrency != 1:
-        _fail(UsageError("--pool solo renders in one process: use --pool prefork for --concurrency above 1"))
+        fail(UsageError("--pool solo renders in one process: use --pool prefork for --concurrency above 1"))
     # The options become the environment the task processes read their Settings from.
     for name, value in (("REELBATCH_MAX_BATCH", max_batch), ("REELBATCH_GPU_HOUR_USD", gpu_rate),
                         ("REELBATCH_QUEUE", queue)):
@@ -171,12 +151,13 @@ def worker(
         settings = Settings.from_env()
         session_factory(settings.database_url)  # refuse to start against a schema this code does not know
         settings.registry()
-        from jobs.celery_app import check_worker_config, create_app
+        from jobs.celery_app import check_worker_config, control_queue, create_app
 
         check_worker_config(settings)
     except ReelbatchError as exc:
-        _fail(exc)
-    create_app(settings).worker_main(["worker", "-Q", settings.queue, "-c", str(concurrency), "-P", pool,
+        fail(exc)
+    queues = f"{settings.queue},{control_queue(settings)}"
+    create_app(settings).worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-P", pool,
                                       "-l", loglevel, "--without-gossip", "--without-mingle"])
 
 
@@ -186,7 +167,7 @@ def cancel(run: Annotated[str, typer.Argument(help="Run name or id.")]) -> None:
     try:
         name, count = queries.cancel_run(session_factory(Settings.from_env().database_url), run)
     except ReelbatchError as exc:
-        _fail(exc)
+        fail(exc)
     out.print(f"run {name}: {count} pending videos cancelled; running batches stop at their next step")
 
 
@@ -201,7 +182,7 @@ def resume(run: Annotated[str, typer.Argument(help="Run name or id.")]) -> None:
 
             send_tickets(count)
     except ReelbatchError as exc:
-        _fail(exc)
+        fail(exc)
     out.print(f"run {name}: {count} videos back in the queue")
 
 
@@ -212,7 +193,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     try:
         rows = queries.run_counts(session_factory(Settings.from_env().database_url), run)
     except ReelbatchError as exc:
-        _fail(exc)
+        fail(exc)
     if json_:
         out.print_json(json.dumps({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
@@ -234,7 +215,7 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
     try:
         run_row, videos = queries.load_report(session_factory(Settings.from_env().database_url), run)
     except ReelbatchError as exc:
-        _fail(exc)
+        fail(exc)
     data = report_dict(run_row, videos)
     if json_:
         out.print_json(json.dumps(data))
@@ -248,3 +229,9 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
     url = Settings.from_env().database_url
     upgrade(url, revision)
     out.print(f"database upgraded to {revision}")
+
+
+from jobs.cli_schedule import beat, schedule_app  # noqa: E402
+
+app.add_typer(schedule_app, name="schedule")
+app.command()(beat)

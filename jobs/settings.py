@@ -37,6 +37,10 @@ class Settings:
     # jobs.render.batch_time_limit), never below min_time_limit_s. A batch past its limit is abandoned and retried.
     time_limit_s: float = 1800.0
     min_time_limit_s: float = 60.0
+    # The hard limit on one task (a prefork child is killed past it): the longest batch a worker may render.
+    max_render_s: float = 4 * 3600.0
+    # Redis and SQS redeliver an unacked ticket after this long; it must exceed max_render_s (celery#2599).
+    visibility_timeout_s: float = 6 * 3600.0
     queue: str = "render"
     device: str = "auto"
 
@@ -64,6 +68,8 @@ class Settings:
             retry_backoff_s=_number(env, "REELBATCH_RETRY_BACKOFF_S", 10.0),
             time_limit_s=_number(env, "REELBATCH_TIME_LIMIT_S", 1800.0),
             min_time_limit_s=_number(env, "REELBATCH_MIN_TIME_LIMIT_S", 60.0),
+            max_render_s=_number(env, "REELBATCH_MAX_RENDER_S", 4 * 3600.0),
+            visibility_timeout_s=_number(env, "REELBATCH_VISIBILITY_TIMEOUT_S", 6 * 3600.0),
             queue=env.get("REELBATCH_QUEUE") or "render",
         )
 
@@ -71,9 +77,15 @@ class Settings:
         return EngineConfig(cache_dir=self.cache_dir, device=self.device, max_batch=self.max_batch)
 
     def registry(self):
+        from engine.errors import ModelNotFound
         from engine.models import load_registry
 
-        return load_registry(self.models_file)
+        try:
+            return load_registry(self.models_file)
+        except ModelNotFound as exc:
+            raise UsageError(f"REELBATCH_MODELS: {exc}") from None
+        except OSError as exc:
+            raise UsageError(f"REELBATCH_MODELS: cannot read {self.models_file}: {exc.strerror}") from None
 
 
 def _number(env: dict[str, str], name: str, default: float) -> float:
@@ -87,3 +99,18 @@ def _number(env: dict[str, str], name: str, default: float) -> float:
     if not value > 0 or value == float("inf"):
         raise UsageError(f"environment variable {name}: must be a positive finite number, got {raw!r}")
     return value
+
+
+def absolute_output(uri: str) -> str:
+    """An output prefix that means the same wherever a worker runs: relative folders are made absolute.
+
+    abspath, not resolve(): symlinks stay as written, so the prefix checked against REELBATCH_ALLOWED_OUTPUTS is the
+    prefix used.
+    """
+    if not uri.endswith("/"):
+        uri += "/"
+    if uri.startswith("file://"):
+        return f"file://{os.path.abspath(uri[len('file://'):])}/"
+    if "://" not in uri:
+        return f"file://{os.path.abspath(uri)}/"
+    return uri

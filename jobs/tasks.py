@@ -7,7 +7,7 @@ import threading
 from datetime import datetime, timezone
 from functools import lru_cache
 
-from celery import shared_task
+from celery import Celery, current_app, shared_task
 from celery.signals import worker_process_init, worker_ready
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -50,14 +50,19 @@ def render_next() -> dict:
     finally:
         _busy.clear()
     if result.claimed and leases.claimable(factory):
-        send_tickets(1)
+        send_tickets(1, app=render_next.app)
     return result.__dict__
 
 
-def send_tickets(count: int) -> None:
-    """Tickets only say "work may be waiting"; a ticket that finds nothing to claim returns at once."""
+def send_tickets(count: int, app: Celery | None = None) -> None:
+    """Tickets only say "work may be waiting"; a ticket that finds nothing to claim returns at once.
+
+    `app` defaults to the current app. Threads must pass theirs: Celery's current app is per thread, and a new
+    thread would fall back to a default app on a broker nobody configured.
+    """
+    app = app or current_app
     for _ in range(min(count, MAX_TICKETS)):
-        render_next.apply_async()
+        app.send_task("reelbatch.render_next")
 
 
 @shared_task(name="reelbatch.fire_schedules")
@@ -71,7 +76,8 @@ def fire_schedules() -> int:
 
 def _start_sweeper() -> None:
     settings = Settings.from_env()
-    Sweeper(settings, session_factory(settings.database_url), _busy, send_tickets).start()
+    app = current_app._get_current_object()  # the worker's app, taken here in its main thread
+    Sweeper(settings, session_factory(settings.database_url), _busy, lambda n: send_tickets(n, app=app)).start()
 
 
 @worker_process_init.connect

@@ -36,6 +36,10 @@ _CONFIG = Config(
     request_checksum_calculation="when_required",
     response_checksum_validation="when_required",
     retries={"max_attempts": 3, "mode": "standard"},
+    # botocore waits 60 s by default for each: an unreachable store would hold a worker for minutes per video.
+    # The worker retries the video with backoff instead, so fail fast here.
+    connect_timeout=5,
+    read_timeout=30,
 )
 
 # Error codes that mean "try again later" even when the status is not 5xx (S3 error responses reference).

@@ -1,0 +1,58 @@
+"""A worker refuses to start on a configuration that would run a batch twice or never renew its lease."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from jobs.celery_app import check_worker_config, create_app
+from jobs.errors import UsageError
+from jobs.settings import Settings
+
+
+def settings(**changes):
+    return dataclasses.replace(Settings.from_env({}), **changes)
+
+
+def test_redis_visibility_timeout_must_exceed_the_longest_render():
+    with pytest.raises(UsageError, match=r"visibility timeout \(3600 s.*longest allowed render \(7200 s"):
+        check_worker_config(settings(broker_url="redis://127.0.0.1:1/0", visibility_timeout_s=3600,
+                                     max_render_s=7200))
+    check_worker_config(settings(broker_url="redis://127.0.0.1:1/0", visibility_timeout_s=7201, max_render_s=7200))
+    # The SQLite broker does not redeliver on a timer, so the check does not apply.
+    check_worker_config(settings(visibility_timeout_s=1, max_render_s=7200))
+
+
+def test_lease_too_short_to_renew_is_refused():
+    with pytest.raises(UsageError, match="too short to renew"):
+        check_worker_config(settings(lease_s=1))
+
+
+def test_celery_is_configured_for_long_gpu_work():
+    conf = create_app(settings(broker_url="redis://127.0.0.1:1/0", queue="gpu", max_render_s=100)).conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost and conf.worker_prefetch_multiplier == 1
+    assert conf.task_routes["reelbatch.render_next"] == {"queue": "gpu"} and conf.task_time_limit == 100
+    assert conf.task_routes["reelbatch.fire_schedules"] == {"queue": "gpu.control"}
+    assert conf.broker_transport_options == {"visibility_timeout": 6 * 3600.0}
+    assert conf.worker_send_task_events, "Flower needs task events"
+
+
+def test_worker_command_refuses_a_bad_combination(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "REELBATCH_BROKER_URL": "redis://127.0.0.1:1/0",
+           "REELBATCH_VISIBILITY_TIMEOUT_S": "60", "REELBATCH_MAX_RENDER_S": "600",
+           "REELBATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'w.db'}"}
+    proc = subprocess.run([sys.executable, "-m", "jobs", "worker"], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and "visibility timeout (60 s" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_worker_command_refuses_a_broken_models_file(tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text("wan: {path: /nowhere}\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "REELBATCH_MODELS": str(models),
+           "REELBATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'w.db'}"}
+    proc = subprocess.run([sys.executable, "-m", "jobs", "worker"], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "REELBATCH_MODELS" in proc.stderr and "/nowhere holds no model_index.json" in proc.stderr
