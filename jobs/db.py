@@ -17,10 +17,17 @@ from sqlalchemy.orm import Session, sessionmaker
 from jobs.errors import SchemaOutOfDate
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+IDLE_IN_TRANSACTION_MS = 30_000
 
 
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        # Our transactions last milliseconds. A worker frozen (SIGSTOP, a swap storm, a VM pause) inside one would
+        # hold its row locks for ever, and SKIP LOCKED would hide its expired lease from every reaper: the server
+        # ends such a session after this long, releasing the locks.
+        return create_engine(url, pool_pre_ping=True, connect_args={
+            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"})
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":

@@ -74,7 +74,15 @@ def fire_schedules() -> int:
     return len(fire_due(session_factory(settings.database_url), settings, datetime.now(timezone.utc)))
 
 
+_sweeper_pid: int | None = None
+
+
 def _start_sweeper() -> None:
+    """One sweeper per process that renders. Idempotent: the solo pool sends both signals below (Celery 5.7)."""
+    global _sweeper_pid
+    if _sweeper_pid == os.getpid():
+        return
+    _sweeper_pid = os.getpid()
     settings = Settings.from_env()
     app = current_app._get_current_object()  # the worker's app, taken here in its main thread
     Sweeper(settings, session_factory(settings.database_url), _busy, lambda n: send_tickets(n, app=app)).start()
@@ -87,5 +95,5 @@ def _on_child_start(**_) -> None:
 
 @worker_ready.connect
 def _on_worker_ready(**_) -> None:
-    if os.environ.get("REELBATCH_POOL", "solo") in ("solo", "threads"):
+    if os.environ.get("REELBATCH_POOL", "solo") == "solo":
         _start_sweeper()  # solo: the worker process itself renders

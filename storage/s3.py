@@ -35,9 +35,9 @@ from storage.stores import (
 _CONFIG = Config(
     request_checksum_calculation="when_required",
     response_checksum_validation="when_required",
-    retries={"max_attempts": 3, "mode": "standard"},
-    # botocore waits 60 s by default for each: an unreachable store would hold a worker for minutes per video.
-    # The worker retries the video with backoff instead, so fail fast here.
+    # botocore waits 60 s for each by default and tries 4 times: a store that accepts connections but never answers
+    # would hold a worker for minutes per call. The worker retries the video with backoff instead, so fail fast.
+    retries={"total_max_attempts": 2, "mode": "standard"},
     connect_timeout=5,
     read_timeout=30,
 )

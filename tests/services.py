@@ -42,6 +42,37 @@ class Service:
     proc: subprocess.Popen | None = None  # None when the server daemonizes (PostgreSQL via pg_ctl)
     stop_command: list[str] | None = None
     stopped: bool = field(default=False, repr=False)
+    # For outages in the middle of a test (halt/start/restart), set by start_*: how to launch the server again
+    # (`argv` for a server this module runs as a child; `start_command` for one that daemonizes), how to bring it
+    # down without deleting its files, its log, and how to tell that it is ready.
+    argv: list[str] | None = field(default=None, repr=False)
+    start_command: list[str] | None = field(default=None, repr=False)
+    halt_command: list[str] | None = field(default=None, repr=False)
+    log: Path | None = field(default=None, repr=False)
+    ready: Callable[[], bool] | None = field(default=None, repr=False)
+
+    def halt(self) -> None:
+        """Stop the server but keep its files and its port, so `start()` brings it back with the same data."""
+        if self.halt_command:
+            _run(self.halt_command, self.workdir, self.log)
+        elif self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def start(self) -> None:
+        """Start a halted server again on the same port and wait until it answers."""
+        if self.start_command:
+            _run(self.start_command, self.workdir, self.log)
+        elif self.argv:
+            with open(self.log, "ab") as log:
+                self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        else:
+            raise RuntimeError(f"{self.name} cannot be started again")
+        _wait_until(self, self.ready, self.log)
+
+    def restart(self) -> None:
+        self.halt()
+        self.start()
 
     def stop(self) -> None:
         """End the server and delete its files; safe to call twice."""
@@ -84,15 +115,12 @@ def start_moto() -> Service:
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="reelbatch-moto-"))
     log = open(workdir / "moto.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=workdir,
-    )
+    argv = [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     log.close()
-    service = Service("moto", f"http://{HOST}:{port}", workdir, proc=proc)
-    _wait_until(service, lambda: _http_ok(service.url), workdir / "moto.log")
+    service = Service("moto", f"http://{HOST}:{port}", workdir, proc=proc, argv=argv, log=workdir / "moto.log")
+    service.ready = lambda: _http_ok(service.url)
+    _wait_until(service, service.ready, service.log)
     return service
 
 
@@ -136,8 +164,9 @@ def start_postgres() -> Service:
     if as_root:
         for path in (workdir, sockdir):
             shutil.chown(path, "postgres", "postgres")
-    service = Service("postgres", f"postgresql+psycopg://postgres@{HOST}:{port}/postgres", workdir)
     log = workdir / "postgres.log"
+    service = Service("postgres", f"postgresql+psycopg://postgres@{HOST}:{port}/postgres", workdir, log=log)
+    service.ready = lambda: _postgres_ready(service.url)
     try:
         _run(
             prefix
@@ -148,9 +177,12 @@ def start_postgres() -> Service:
         )
         pg_ctl = prefix + [str(bindir / "pg_ctl"), "-D", str(data)]
         options = f"-k {sockdir} -p {port} -h {HOST} -c fsync=off"
-        _run(pg_ctl + ["-l", str(log), "-w", "-t", str(int(START_TIMEOUT_S)), "-o", options, "start"], workdir, log)
+        service.start_command = pg_ctl + ["-l", str(log), "-w", "-t", str(int(START_TIMEOUT_S)), "-o", options, "start"]
+        _run(service.start_command, workdir, log)
         service.stop_command = pg_ctl + ["stop", "-m", "immediate"]
-        _wait_until(service, lambda: _postgres_ready(service.url), log)
+        # A fast shutdown, as an operator's restart does: open sessions are ended, clients see their connections drop.
+        service.halt_command = pg_ctl + ["stop", "-m", "fast", "-w"]
+        _wait_until(service, service.ready, log)
     except BaseException:
         service.stop()
         raise
