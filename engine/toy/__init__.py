@@ -1,0 +1,19 @@
+"""The toy world: procedurally generated clips with prompts from a small grammar, and a judge that reads them back.
+
+It gives a small model something learnable to train on and a pixel-level measure of prompt adherence.
+"""
+
+from engine.toy.judge import Scores, Verdict, judge_clip, score
+from engine.toy.world import ClipSpec, dataset, parse_prompt, render_clip, sample_spec
+
+__all__ = [
+    "ClipSpec",
+    "Scores",
+    "Verdict",
+    "dataset",
+    "judge_clip",
+    "parse_prompt",
+    "render_clip",
+    "sample_spec",
+    "score",
+]
