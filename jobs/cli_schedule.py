@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from jobs.console import err, fail, out
+from jobs.console import fail, out
 from jobs.db import session_factory
 from jobs.errors import ReelbatchError
 from jobs.schedules import FiringResult, ScheduleInfo, add_schedule, list_schedules, remove_schedule
