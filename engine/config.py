@@ -16,8 +16,6 @@ class EngineConfig:
     device: str = "auto"
     # "auto": fp32 on the CPU (no fast bf16 here), bf16 on a GPU.
     dtype: str = "auto"
-    # Largest same-shape batch a worker takes per pipeline call.
-    max_batch: int = 4
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

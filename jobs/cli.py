@@ -21,6 +21,7 @@ from jobs.db import session_factory, upgrade
 from jobs.errors import ReelbatchError, UsageError
 from jobs.report import report_dict, print_report
 from jobs.settings import Settings, absolute_output
+from jobs.status import Status
 
 app = typer.Typer(help="Batch-render text-to-video manifests to verified MP4s with cost records.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
@@ -102,7 +103,7 @@ def _render_with_embedded_worker(factory, submitted: queries.Submitted) -> None:
             task = bar.add_task(f"rendering {submitted.name}", total=submitted.videos)
             while True:
                 (counts,) = queries.run_counts(factory, str(submitted.run_id))
-                finished = sum(n for k, n in counts.counts.items() if k in ("succeeded", "failed", "cancelled"))
+                finished = sum(n for k, n in counts.counts.items() if Status(k).terminal)
                 bar.update(task, completed=finished)
                 if counts.done:
                     break

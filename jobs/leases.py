@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.models import CostRecord, Run, Video, WorkUnit, utcnow
 from jobs.queries import Factory
-from jobs.status import Status, transition
+from jobs.status import Status, move
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float)
         claimed = []
         for unit in units:
             video = videos[unit.video_id]
-            _move(unit, video, Status.RUNNING)
+            move(unit, video, Status.RUNNING)
             unit.attempts += 1
             video.attempts += 1
             unit.lease_owner, unit.lease_token = owner, unit.lease_token + 1
@@ -84,16 +84,6 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float)
             tuple(ClaimedUnit(u.id, u.lease_token, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
                               u.attempts, v.upload_sha256) for u, v, r in claimed),
         )
-
-
-def _move(unit: WorkUnit, video: Video, status: Status) -> None:
-    """A unit and its video change status together (one unit per video until chunked long videos)."""
-    transition(unit, status)
-    transition(video, status)
-    if status is not Status.RUNNING:
-        unit.lease_owner, unit.lease_expires_at = None, None
-    if status.terminal:
-        video.finished_at = utcnow()
 
 
 def _fenced(s: Session, unit: ClaimedUnit) -> tuple[WorkUnit, Video] | None:
@@ -140,13 +130,13 @@ def _retry_or_fail(s: Session, unit: WorkUnit, video: Video, error: str, *, max_
     """Back to pending (True), or failed after the last attempt, or cancelled if its run was cancelled."""
     unit.last_error = video.last_error = error[:4000]
     if s.get(Run, video.run_id).cancelled_at is not None:
-        _move(unit, video, Status.CANCELLED)
+        move(unit, video, Status.CANCELLED)
         return False
     if unit.attempts >= max_attempts:
         video.last_error = f"failed after {unit.attempts} attempts: {error}"[:4000]
-        _move(unit, video, Status.FAILED)
+        move(unit, video, Status.FAILED)
         return False
-    _move(unit, video, Status.PENDING)
+    move(unit, video, Status.PENDING)
     unit.not_before = not_before
     unit.solo = unit.solo or solo
     return True
@@ -176,7 +166,7 @@ def release(factory: Factory, unit: ClaimedUnit) -> bool:
         row.attempts -= 1
         video.attempts -= 1
         cancelled = s.get(Run, video.run_id).cancelled_at is not None
-        _move(row, video, Status.CANCELLED if cancelled else Status.PENDING)
+        move(row, video, Status.CANCELLED if cancelled else Status.PENDING)
         return True
 
 
@@ -222,7 +212,7 @@ def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: 
         if rows is None:
             return False
         row, video = rows
-        _move(row, video, Status.SUCCEEDED)
+        move(row, video, Status.SUCCEEDED)
         video.uri, video.bytes, video.sha256 = out.uri, out.bytes, out.sha256
         video.render_s, video.encode_s, video.upload_s = out.render_s, out.encode_s, out.upload_s
         video.last_error = row.last_error = None
@@ -240,7 +230,7 @@ def record_failure(factory: Factory, unit: ClaimedUnit, error: str) -> bool:
             return False
         row, video = rows
         row.last_error = video.last_error = error[:4000]
-        _move(row, video, Status.FAILED)
+        move(row, video, Status.FAILED)
         return True
 
 

@@ -13,7 +13,7 @@ from engine.types import Shape
 from jobs.errors import RunNameTaken, RunNotFound
 from jobs.manifest import RunSpec, derive_seed
 from jobs.models import CostRecord, Run, Video, WorkUnit, utcnow
-from jobs.status import Status, transition
+from jobs.status import Status, move
 
 Factory = sessionmaker[Session]
 
@@ -166,9 +166,7 @@ def cancel_run(factory: Factory, run: str) -> tuple[str, int]:
                                .with_for_update()))
         for unit in units:
             video = s.get(Video, unit.video_id)
-            transition(unit, Status.CANCELLED)
-            transition(video, Status.CANCELLED)
-            video.finished_at = utcnow()
+            move(unit, video, Status.CANCELLED)
         return row.name, len(units)
 
 
@@ -184,8 +182,7 @@ def resume_run(factory: Factory, run: str) -> tuple[str, int]:
             Video.run_id == row.id, WorkUnit.status.in_([Status.FAILED, Status.CANCELLED])).with_for_update()))
         for unit in units:
             video = s.get(Video, unit.video_id)
-            transition(unit, Status.PENDING)
-            transition(video, Status.PENDING)
+            move(unit, video, Status.PENDING)
             unit.attempts = video.attempts = 0
             unit.not_before, unit.solo, video.finished_at = None, False, None
         return row.name, len(units)

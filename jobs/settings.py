@@ -74,7 +74,7 @@ class Settings:
         )
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(cache_dir=self.cache_dir, device=self.device, max_batch=self.max_batch)
+        return EngineConfig(cache_dir=self.cache_dir, device=self.device)
 
     def registry(self):
         from engine.errors import ModelNotFound

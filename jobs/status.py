@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from datetime import datetime, timezone
 
 
 class Status(str, enum.Enum):
@@ -39,3 +40,16 @@ def transition(row, new: Status) -> None:
     if new not in TRANSITIONS[old]:
         raise IllegalTransition(f"{type(row).__name__} {getattr(row, 'id', '?')}: {old.value} -> {new.value}")
     row.status = new
+
+
+def move(unit, video, new: Status) -> None:
+    """A work unit and its video change status together (one unit per video until chunked long videos).
+
+    Leaving `running` drops the lease; reaching a terminal status stamps the video's finish time.
+    """
+    transition(unit, new)
+    transition(video, new)
+    if new is not Status.RUNNING:
+        unit.lease_owner, unit.lease_expires_at = None, None
+    if new.terminal:
+        video.finished_at = datetime.now(timezone.utc)
