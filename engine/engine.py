@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from engine.config import EngineConfig
-from engine.errors import EngineError, RenderError, RenderInterrupted, RetryableRenderError
+from engine.errors import EngineError, ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
 from engine.models import ModelInfo, Registry
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderedVideo
@@ -24,7 +24,11 @@ class Engine:
         self._pipelines: dict[str, object] = {}
 
     def model_path(self, info: ModelInfo):
-        return ensure_tiny(self.config.cache_dir) if info.builtin else info.path
+        if info.builtin:
+            return ensure_tiny(self.config.cache_dir)
+        if info.path is None or not (info.path / "model_index.json").is_file():
+            raise ModelNotFound(f"model {info.name!r}: {info.path} holds no model_index.json")
+        return info.path
 
     def pipeline(self, name: str):
         """The loaded pipeline for a registered model; loaded on first use and kept for the process's life."""

@@ -62,6 +62,21 @@ TINY = ModelInfo(
     builtin=True,
 )
 
+# The `toy` model, trained here on the toy world (engine.toy.train) and committed beside its model card.
+TOY_WEIGHTS = Path(__file__).resolve().parent / "toy" / "weights"
+TOY = ModelInfo(
+    name="toy",
+    # Its native shape: trained on 9-frame 48x48 clips (longer videos are made in chunks). 20 steps at guidance 5
+    # is where its quality was measured (see engine/toy/weights/README.md).
+    defaults=ModelDefaults(width=48, height=48, fps=8, duration_s=1.0, steps=20, guidance=5.0),
+    path=TOY_WEIGHTS,
+    # Its VAE compresses time by 2 and space by 4; the transformer's patches are 2x2.
+    temporal_factor=2,
+    spatial_multiple=8,
+    max_frames=9,
+    max_sequence_length=64,
+)
+
 # Wan2.1-T2V-1.3B's published defaults (832x480, 81 frames at 16 fps, 50 steps, guidance 5.0).
 WAN_DEFAULTS = ModelDefaults(width=832, height=480, fps=16, duration_s=5.0, steps=50, guidance=5.0)
 
@@ -72,7 +87,7 @@ _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__da
 class Registry:
     """Name -> ModelInfo. Built-ins plus the operator's models file."""
 
-    models: dict[str, ModelInfo] = field(default_factory=lambda: {"tiny": TINY})
+    models: dict[str, ModelInfo] = field(default_factory=lambda: {"tiny": TINY, "toy": TOY})
 
     def get(self, name: str) -> ModelInfo:
         try:

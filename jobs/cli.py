@@ -236,3 +236,9 @@ from jobs.cli_schedule import beat, schedule_app  # noqa: E402
 
 app.add_typer(schedule_app, name="schedule")
 app.command()(beat)
+
+from jobs.cli_quality import quality  # noqa: E402
+from jobs.cli_toy import toy_app  # noqa: E402
+
+app.command()(quality)
+app.add_typer(toy_app, name="toy")

@@ -23,7 +23,7 @@ def test_a_registered_folder_loads_and_renders_like_the_builtin(model_cache, tmp
     info = registry.get("my-wan")
     assert info.path == folder and info.defaults.width == 32 and info.defaults.guidance == 5.0
     assert info.max_frames == 17 and not info.builtin
-    assert registry.names() == ["my-wan", "tiny"]
+    assert registry.names() == ["my-wan", "tiny", "toy"]
 
     engine = Engine(EngineConfig(cache_dir=model_cache), registry)
     request = (RenderRequest(1, "a red circle", None, 3),)

@@ -1,0 +1,385 @@
+"""Train the `toy` model on the toy world, on a CPU, resumably.
+
+Stages run in order; each saves a checkpoint into the work folder, so a killed run resumes at the last one:
+
+1. vae: encoder and decoder together on random 5-frame clips (the shortest that exercises both the causal first
+   frame and a temporal downsample), trained on the posterior mode with a small KL term and through an unclamped
+   decode (diffusers' decode clamps to [-1, 1], which would stop gradients at saturated pixels). Object and edge
+   pixels weigh more: they are a small share of a frame but all of what the judge reads.
+2. decoder: the encoder frozen, the decoder fine-tuned alone, so latents encoded after stage 1 stay valid.
+3. latents: a fixed balanced set of 9-frame clips encoded once, normalised per channel; the statistics go into the
+   VAE config, where WanPipeline reads them to de-normalise (its variable named `latents_std` holds 1/std).
+4. transformer: flow matching as FlowMatchEulerDiscreteScheduler samples it. The scheduler steps
+   `x + (sigma_next - sigma) * v`, so with `x_t = (1 - sigma) * x0 + sigma * noise` the target is
+   `v = noise - x0`, at timestep `sigma * 1000` on the shifted sigmas. Prompts are dropped to the empty prompt's
+   embedding (what the engine passes as the negative prompt) so classifier-free guidance works. An exponential
+   moving average of the weights is what gets saved.
+5. export: a diffusers folder (safetensors only) that WanPipeline.from_pretrained loads like any model.
+
+Every random draw comes from a generator seeded with (seed, stage, step), so a resumed run draws what an unbroken
+run would have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.toy.model import FRAMES, HEIGHT, MAX_SEQUENCE_LENGTH, SCHEDULER_SHIFT, TOY_SEED, WIDTH, build_toy_pipeline
+from engine.toy.world import BACKGROUNDS, COMBINATIONS, dataset, parse_prompt
+
+log = logging.getLogger(__name__)
+
+STAGES = ("vae", "decoder", "latents", "transformer")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = TOY_SEED
+    vae_steps: int = 1500
+    vae_batch: int = 8
+    vae_lr: float = 2e-3
+    vae_frames: int = 5
+    # The VAE is convolutional, so it trains on 32x32 crops of 48x48 clips: objects keep their size and a step costs
+    # under half as much, which buys the optimiser steps it needs (at 48x48 it was still blurring colours at 450).
+    vae_crop: int = 32
+    kl_weight: float = 1e-6
+    object_weight: float = 4.0  # extra loss weight on object pixels
+    edge_weight: float = 8.0  # and on the object's outline
+    decoder_steps: int = 300
+    latent_clips: int = 4800  # 60 per prompt
+    steps: int = 2600
+    batch: int = 32
+    lr: float = 2e-3
+    warmup: int = 100
+    ema: float = 0.998
+    prompt_dropout: float = 0.1
+    checkpoint_every: int = 100
+    log_every: int = 25
+
+
+@dataclass
+class Progress:
+    """What a finished (or resumed) run reports: seconds per stage and the last logged losses."""
+
+    seconds: dict[str, float]
+    losses: dict[str, float]
+
+
+def train(config: TrainConfig, work: Path, out: Path, on_log: Callable[[dict], None] | None = None) -> Progress:
+    """Run (or resume) every stage in `work`, then write the trained diffusers folder to `out`."""
+    work.mkdir(parents=True, exist_ok=True)
+    _check_config(config, work)
+    torch.manual_seed(config.seed)
+    pipe = build_toy_pipeline(config.seed)
+    logger = _Logger(work / "train-log.jsonl", on_log)
+    progress = Progress(seconds={}, losses={})
+    for stage in STAGES:
+        done = work / f"{stage}.done.pt"
+        if done.is_file():
+            state = torch.load(done, weights_only=False)
+            _restore(pipe, stage, state)
+            progress.seconds[stage] = state["seconds"]
+            progress.losses[stage] = state.get("loss", float("nan"))
+            continue
+        state = _STAGE_FUNCS[stage](pipe, config, work, logger)
+        torch.save(state, work / f"{stage}.tmp")
+        (work / f"{stage}.tmp").replace(done)
+        (work / f"{stage}.last.pt").unlink(missing_ok=True)
+        progress.seconds[stage] = state["seconds"]
+        progress.losses[stage] = state.get("loss", float("nan"))
+    export(pipe, out)
+    return progress
+
+
+def export(pipe, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    pipe.save_pretrained(out, safe_serialization=True)
+
+
+# ---- stage 1 and 2: the VAE -------------------------------------------------------------------------------------
+
+
+def _train_vae(pipe, config: TrainConfig, work: Path, logger: "_Logger", *, stage: str = "vae") -> dict:
+    vae = pipe.vae
+    decoder_only = stage == "decoder"
+    params = list(vae.decoder.parameters()) + list(vae.post_quant_conv.parameters()) if decoder_only \
+        else list(vae.parameters())
+    vae.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    total = config.decoder_steps if decoder_only else config.vae_steps
+    optimizer = torch.optim.AdamW(params, lr=config.vae_lr, weight_decay=0.0)
+    schedule = _warmup_cosine(optimizer, total, min(config.warmup, total // 10))
+    step, seconds = _resume(work / f"{stage}.last.pt", vae, optimizer, schedule)
+    vae.train()
+    started, loss_value = time.monotonic(), float("nan")
+    while step < total:
+        clips, masks = _vae_batch(config, stage, step)
+        with torch.no_grad() if decoder_only else contextlib.nullcontext():
+            mean, logvar = vae._encode(clips).chunk(2, dim=1)
+        recon = decode_unclamped(vae, mean)
+        weight = 1.0 + config.object_weight * masks[0] + config.edge_weight * masks[1]
+        mse = (weight * (recon - clips) ** 2).mean() / weight.mean()
+        kl = 0.5 * (mean.pow(2) + logvar.exp() - 1.0 - logvar).mean()
+        loss = mse + (0.0 if decoder_only else config.kl_weight * kl)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        step += 1
+        loss_value = mse.item()
+        if step % config.log_every == 0 or step == total:
+            logger.log(stage=stage, step=step, of=total, loss=loss_value, kl=kl.item(),
+                       seconds=seconds + time.monotonic() - started)
+        if step % config.checkpoint_every == 0 and step < total:
+            _checkpoint(work / f"{stage}.last.pt", vae, optimizer, schedule, step, seconds + time.monotonic() - started)
+    vae.eval()
+    vae.requires_grad_(False)
+    return {"vae": vae.state_dict(), "seconds": seconds + time.monotonic() - started, "loss": loss_value}
+
+
+def _train_decoder(pipe, config, work, logger) -> dict:
+    return _train_vae(pipe, config, work, logger, stage="decoder")
+
+
+def decode_unclamped(vae, z: torch.Tensor) -> torch.Tensor:
+    """AutoencoderKLWan._decode without its final clamp to [-1, 1] (diffusers 0.3x-0.4x), frame by frame with the
+    causal cache, exactly as inference decodes."""
+    vae.clear_cache()
+    x = vae.post_quant_conv(z)
+    frames = []
+    for i in range(x.shape[2]):
+        vae._conv_idx = [0]
+        frames.append(vae.decoder(x[:, :, i : i + 1], feat_cache=vae._feat_map, feat_idx=vae._conv_idx,
+                                  first_chunk=i == 0))
+    vae.clear_cache()
+    return torch.cat(frames, dim=2)
+
+
+def _vae_batch(config: TrainConfig, stage: str, step: int) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    rng = _rng(config, stage, step)
+    seed = int(rng.integers(2**31))
+    pairs = list(dataset(config.vae_batch, seed, frames=config.vae_frames, width=WIDTH, height=HEIGHT))
+    clips = np.stack([clip for _, clip in pairs])  # (B, F, H, W, 3)
+    backgrounds = np.array([BACKGROUNDS[parse_prompt(prompt)["background"]] for prompt, _ in pairs], dtype=np.uint8)
+    obj = (clips != backgrounds[:, None, None, None, :]).any(-1)  # (B, F, H, W)
+    # The outline: object pixels with a background 4-neighbour, and background pixels with an object one.
+    edge = np.zeros_like(obj)
+    for axis in (2, 3):
+        for shift in (1, -1):
+            edge |= obj != np.roll(obj, shift, axis=axis)
+    # One random crop per clip, the same window in every frame.
+    crop = config.vae_crop
+    tops = rng.integers(0, HEIGHT - crop + 1, len(clips))
+    lefts = rng.integers(0, WIDTH - crop + 1, len(clips))
+
+    def cut(a: np.ndarray) -> np.ndarray:
+        return np.stack([x[:, t : t + crop, l : l + crop] for x, t, l in zip(a, tops, lefts)])
+
+    clips, obj, edge = cut(clips), cut(obj), cut(edge)
+    masks = tuple(torch.from_numpy(m).float()[:, None] for m in (obj, edge))  # (B, 1, F, h, w)
+    return to_model_space(clips), masks
+
+
+def to_model_space(clips: np.ndarray) -> torch.Tensor:
+    """uint8 (B, F, H, W, 3) to float (B, 3, F, H, W) in [-1, 1], the VAE's input range."""
+    return torch.from_numpy(clips).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
+
+
+# ---- stage 3: encoded latents ------------------------------------------------------------------------------------
+
+
+def _encode_latents(pipe, config: TrainConfig, work: Path, logger: "_Logger") -> dict:
+    started = time.monotonic()
+    latents, prompts = [], []
+    chunk = 32
+    pairs = dataset(config.latent_clips, config.seed, frames=FRAMES, width=WIDTH, height=HEIGHT)
+    with torch.no_grad():
+        while True:
+            batch = [pair for _, pair in zip(range(chunk), pairs)]
+            if not batch:
+                break
+            mean, _ = pipe.vae._encode(to_model_space(np.stack([clip for _, clip in batch]))).chunk(2, dim=1)
+            latents.append(mean)
+            prompts += [prompt for prompt, _ in batch]
+            logger.log(stage="latents", step=len(prompts), of=config.latent_clips,
+                       seconds=time.monotonic() - started)
+    z = torch.cat(latents)
+    channel_mean = z.mean(dim=(0, 2, 3, 4))
+    channel_std = z.std(dim=(0, 2, 3, 4))
+    # Stored in the config the pipeline reads: latents * std + mean before decoding.
+    pipe.vae.register_to_config(latents_mean=channel_mean.tolist(), latents_std=channel_std.tolist())
+    view = (1, -1, 1, 1, 1)
+    normalised = (z - channel_mean.view(view)) / channel_std.view(view)
+    return {
+        "latents": normalised,
+        "prompts": prompts,
+        "latents_mean": channel_mean.tolist(),
+        "latents_std": channel_std.tolist(),
+        "seconds": time.monotonic() - started,
+    }
+
+
+# ---- stage 4: the transformer ------------------------------------------------------------------------------------
+
+
+def prompt_table(pipe) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """Every grammar prompt's embedding, and the empty prompt's, as the pipeline itself computes them."""
+    prompts = [f"a {c} {s} moving {d} on a {b} background" for c, s, d, b in COMBINATIONS]
+    with torch.no_grad():
+        embeds = pipe.encode_prompt(prompts, do_classifier_free_guidance=False,
+                                    max_sequence_length=MAX_SEQUENCE_LENGTH, device=torch.device("cpu"))[0]
+        empty = pipe.encode_prompt([""], do_classifier_free_guidance=False,
+                                   max_sequence_length=MAX_SEQUENCE_LENGTH, device=torch.device("cpu"))[0]
+    return prompts, embeds, empty
+
+
+def shifted_sigmas(u: torch.Tensor, shift: float = SCHEDULER_SHIFT) -> torch.Tensor:
+    """FlowMatchEulerDiscreteScheduler's static shift, so training sees noise levels as inference visits them."""
+    return shift * u / (1 + (shift - 1) * u)
+
+
+def _train_transformer(pipe, config: TrainConfig, work: Path, logger: "_Logger") -> dict:
+    data = torch.load(work / "latents.done.pt", weights_only=False)
+    latents = data["latents"]
+    prompts, embeds, empty = prompt_table(pipe)
+    index = {p: i for i, p in enumerate(prompts)}
+    prompt_ids = torch.tensor([index[p] for p in data["prompts"]])
+
+    model = pipe.transformer
+    model.requires_grad_(True).train()
+    average = copy.deepcopy(model).requires_grad_(False).eval()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+    schedule = _warmup_cosine(optimizer, config.steps, config.warmup)
+    step, seconds = _resume(work / "transformer.last.pt", model, optimizer, schedule, average)
+    started, loss_value, smoothed = time.monotonic(), float("nan"), None
+    while step < config.steps:
+        rng = _rng(config, "transformer", step)
+        generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
+        pick = torch.from_numpy(rng.integers(0, len(latents), config.batch))
+        x0 = latents[pick]
+        text = embeds[prompt_ids[pick]].clone()
+        drop = torch.from_numpy(rng.random(config.batch) < config.prompt_dropout)
+        text[drop] = empty[0]
+        noise = torch.randn(x0.shape, generator=generator)
+        sigma = shifted_sigmas(torch.rand(config.batch, generator=generator))
+        s = sigma.view(-1, 1, 1, 1, 1)
+        x_t = (1 - s) * x0 + s * noise
+        v = model(x_t, sigma * 1000, text, return_dict=False)[0]
+        loss = torch.nn.functional.mse_loss(v, noise - x0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        step += 1
+        decay = min(config.ema, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for a, p in zip(average.parameters(), model.parameters()):
+                a.lerp_(p, 1 - decay)
+        loss_value = loss.item()
+        smoothed = loss_value if smoothed is None else 0.95 * smoothed + 0.05 * loss_value
+        if step % config.log_every == 0 or step == config.steps:
+            logger.log(stage="transformer", step=step, of=config.steps, loss=loss_value, smoothed=smoothed,
+                       lr=schedule.get_last_lr()[0], seconds=seconds + time.monotonic() - started)
+        if step % config.checkpoint_every == 0 and step < config.steps:
+            _checkpoint(work / "transformer.last.pt", model, optimizer, schedule, step,
+                        seconds + time.monotonic() - started, average)
+    model.load_state_dict(average.state_dict())
+    model.requires_grad_(False).eval()
+    return {"transformer": model.state_dict(), "seconds": seconds + time.monotonic() - started, "loss": smoothed}
+
+
+_STAGE_FUNCS = {
+    "vae": _train_vae,
+    "decoder": _train_decoder,
+    "latents": _encode_latents,
+    "transformer": _train_transformer,
+}
+
+
+def _restore(pipe, stage: str, state: dict) -> None:
+    if stage in ("vae", "decoder"):
+        pipe.vae.load_state_dict(state["vae"])
+    elif stage == "latents":
+        pipe.vae.register_to_config(latents_mean=state["latents_mean"], latents_std=state["latents_std"])
+    elif stage == "transformer":
+        pipe.transformer.load_state_dict(state["transformer"])
+
+
+# ---- plumbing ----------------------------------------------------------------------------------------------------
+
+
+def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
+    return np.random.default_rng([config.seed, STAGES.index(stage), step])
+
+
+def _warmup_cosine(optimizer, total: int, warmup: int):
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _checkpoint(path: Path, model, optimizer, schedule, step: int, seconds: float, average=None) -> None:
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+             "step": step, "seconds": seconds}
+    if average is not None:
+        state["average"] = average.state_dict()
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def _resume(path: Path, model, optimizer, schedule, average=None) -> tuple[int, float]:
+    if not path.is_file():
+        return 0, 0.0
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    if average is not None:
+        average.load_state_dict(state["average"])
+    log.info("resuming %s at step %d", path.name, state["step"])
+    return state["step"], state["seconds"]
+
+
+def _check_config(config: TrainConfig, work: Path) -> None:
+    """A work folder belongs to one config: resuming with another would mix two runs' weights."""
+    saved = work / "config.json"
+    wanted = asdict(config)
+    if saved.is_file():
+        found = json.loads(saved.read_text())
+        if found != wanted:
+            changed = sorted(k for k in wanted if found.get(k) != wanted[k])
+            raise ValueError(f"{work} holds a run with a different config ({', '.join(changed)} differ); "
+                             f"use another work folder or delete it")
+    else:
+        saved.write_text(json.dumps(wanted, indent=2) + "\n")
+
+
+class _Logger:
+    def __init__(self, path: Path, on_log: Callable[[dict], None] | None):
+        self.path, self.on_log = path, on_log
+
+    def log(self, **record) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.on_log:
+            self.on_log(record)
+
