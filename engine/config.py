@@ -16,6 +16,9 @@ class EngineConfig:
     device: str = "auto"
     # "auto": fp32 on the CPU (no fast bf16 here), bf16 on a GPU.
     dtype: str = "auto"
+    # Text embeddings kept in memory and under cache_dir/text-embeddings/, keyed by model, dtype, length and text.
+    # Exact: a cached embedding is the one the text encoder returned.
+    text_cache: bool = True
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -11,6 +11,7 @@ import torch
 from engine.config import EngineConfig
 from engine.errors import EngineError, ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
 from engine.models import ModelInfo, Registry
+from engine.text_cache import TextEmbeddingCache, model_identity
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderedVideo
 
@@ -22,6 +23,8 @@ class Engine:
         self.config = config
         self.registry = registry
         self._pipelines: dict[str, object] = {}
+        self._identities: dict[str, str] = {}
+        self.text_cache = TextEmbeddingCache(config.cache_dir / "text-embeddings") if config.text_cache else None
 
     def model_path(self, info: ModelInfo):
         if info.builtin:
@@ -66,8 +69,7 @@ class Engine:
         try:
             with torch.inference_mode():
                 out = pipe(
-                    prompt=[r.prompt for r in requests],
-                    negative_prompt=[r.negative_prompt or "" for r in requests],
+                    **self._text_inputs(shape, info, pipe, requests),
                     height=shape.height,
                     width=shape.width,
                     num_frames=shape.frames,
@@ -87,6 +89,29 @@ class Engine:
         if videos.shape != expected:
             raise RenderError(f"pipeline returned frames of shape {videos.shape}, expected {expected}")
         return [_to_uint8(request, video) for request, video in zip(requests, videos)]
+
+
+    def _text_inputs(self, shape, info: ModelInfo, pipe, requests) -> dict:
+        """The pipeline's text arguments: the prompts themselves, or their embeddings from the cache."""
+        prompts = [r.prompt for r in requests]
+        negatives = [r.negative_prompt or "" for r in requests]  # WanPipeline's own default negative prompt
+        if self.text_cache is None:
+            return {"prompt": prompts, "negative_prompt": negatives}
+        if shape.model not in self._identities:
+            self._identities[shape.model] = model_identity(self.model_path(info))
+        device = self.config.torch_device()
+
+        def encode(texts: list[str]) -> torch.Tensor:
+            return pipe.encode_prompt(texts, do_classifier_free_guidance=False,
+                                      max_sequence_length=info.max_sequence_length, device=device)[0]
+
+        def lookup(texts: list[str]) -> torch.Tensor:
+            return self.text_cache.embeddings(self._identities[shape.model], pipe.text_encoder.dtype,
+                                              info.max_sequence_length, texts, encode).to(device)
+
+        # WanPipeline guides only above 1.0, and then needs the negative embeddings too.
+        return {"prompt_embeds": lookup(prompts),
+                "negative_prompt_embeds": lookup(negatives) if shape.guidance > 1.0 else None}
 
 
 def _stop_check(should_stop: Callable[[], str | None]):

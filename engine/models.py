@@ -70,9 +70,10 @@ TOY = ModelInfo(
     # is where its quality was measured (see engine/toy/weights/README.md).
     defaults=ModelDefaults(width=48, height=48, fps=8, duration_s=1.0, steps=20, guidance=5.0),
     path=TOY_WEIGHTS,
-    # Its VAE compresses time by 2 and space by 4; the transformer's patches are 2x2.
+    # Its VAE compresses time by 2 and space by 4, and its patches are 2x2, so 8 would do; but WanPipeline.check_inputs
+    # refuses sides that are not multiples of 16 whatever the VAE.
     temporal_factor=2,
-    spatial_multiple=8,
+    spatial_multiple=16,
     max_frames=9,
     max_sequence_length=64,
 )

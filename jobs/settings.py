@@ -43,6 +43,8 @@ class Settings:
     visibility_timeout_s: float = 6 * 3600.0
     queue: str = "render"
     device: str = "auto"
+    # Engine switches (engine.config.EngineConfig): each optimisation can be turned off to compare.
+    text_cache: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -63,6 +65,7 @@ class Settings:
             gpu_hour_source=env.get("REELBATCH_GPU_HOUR_SOURCE") or DEFAULT_GPU_HOUR_SOURCE,
             max_batch=int(_number(env, "REELBATCH_MAX_BATCH", 4)),
             device=env.get("REELBATCH_DEVICE") or "auto",
+            text_cache=_switch(env, "REELBATCH_TEXT_CACHE", True),
             lease_s=_number(env, "REELBATCH_LEASE_S", 120.0),
             max_attempts=int(_number(env, "REELBATCH_MAX_ATTEMPTS", 3)),
             retry_backoff_s=_number(env, "REELBATCH_RETRY_BACKOFF_S", 10.0),
@@ -74,7 +77,7 @@ class Settings:
         )
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(cache_dir=self.cache_dir, device=self.device)
+        return EngineConfig(cache_dir=self.cache_dir, device=self.device, text_cache=self.text_cache)
 
     def registry(self):
         from engine.errors import ModelNotFound
@@ -99,6 +102,17 @@ def _number(env: dict[str, str], name: str, default: float) -> float:
     if not value > 0 or value == float("inf"):
         raise UsageError(f"environment variable {name}: must be a positive finite number, got {raw!r}")
     return value
+
+
+def _switch(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise UsageError(f"environment variable {name}: expected 1/0 (or on/off, true/false), got {env[name]!r}")
 
 
 def absolute_output(uri: str) -> str:

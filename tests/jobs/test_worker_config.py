@@ -56,3 +56,15 @@ def test_worker_command_refuses_a_broken_models_file(tmp_path):
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "REELBATCH_MODELS" in proc.stderr and "/nowhere holds no model_index.json" in proc.stderr
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("", True), ("1", True), ("on", True), ("0", False), ("off", False),
+                                                ("False", False)])
+def test_engine_switches_come_from_the_environment(raw, expected):
+    settings = Settings.from_env({"REELBATCH_TEXT_CACHE": raw})
+    assert settings.text_cache is expected and settings.engine_config().text_cache is expected
+
+
+def test_a_bad_switch_value_names_the_variable():
+    with pytest.raises(UsageError, match="REELBATCH_TEXT_CACHE: expected 1/0.*'maybe'"):
+        Settings.from_env({"REELBATCH_TEXT_CACHE": "maybe"})
