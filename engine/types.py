@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,3 +44,5 @@ class RenderedVideo:
     request: RenderRequest
     frames: np.ndarray | None
     error: str | None = None
+    # This video's share of the batch's seconds per stage: "text", "denoise", "decode".
+    stages: dict[str, float] = field(default_factory=dict)

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from engine.config import EngineConfig
 from engine.engine import Engine
@@ -66,3 +67,22 @@ def test_unregistered_model_is_a_clear_error(engine):
                                                 (80, 81), (81, 81)])
 def test_frame_counts_round_to_4k_plus_1(requested, expected):
     assert TINY.valid_frames(requested) == expected
+
+
+def test_the_split_render_equals_one_diffusers_call_and_times_its_stages(engine):
+    """The engine denoises to latents and decodes itself (to time and, later, overlap the stages); the frames must be
+    exactly what the plain pipeline call gives."""
+    requests = (RenderRequest(1, "a red circle", None, 5), RenderRequest(2, "a blue square", "blurry", 6))
+    rendered = engine.render(RenderBatch(SHAPE, requests))
+    pipe = engine.pipeline("tiny")
+    with torch.inference_mode():
+        plain = pipe(prompt=[r.prompt for r in requests], negative_prompt=[r.negative_prompt or "" for r in requests],
+                     height=SHAPE.height, width=SHAPE.width, num_frames=SHAPE.frames,
+                     num_inference_steps=SHAPE.steps, guidance_scale=SHAPE.guidance,
+                     generator=[torch.Generator().manual_seed(r.seed) for r in requests], output_type="np",
+                     max_sequence_length=TINY.max_sequence_length).frames
+    expected = np.clip(np.rint(np.asarray(plain) * 255.0), 0, 255).astype(np.uint8)
+    for video, frames in zip(rendered, expected):
+        assert np.array_equal(video.frames, frames)
+        assert set(video.stages) == {"text", "denoise", "decode"} and all(v >= 0 for v in video.stages.values())
+        assert video.stages["denoise"] > 0 and video.stages["decode"] > 0

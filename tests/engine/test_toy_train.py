@@ -41,7 +41,7 @@ def test_losses_fall_in_every_trained_stage(quick_run):
     vae = losses(quick_run / "work", "vae")
     transformer = losses(quick_run / "work", "transformer")
     assert len(vae) == 4 and len(transformer) == 10
-    assert np.mean(vae[-2:]) < 0.8 * vae[0]
+    assert np.mean(vae[-2:]) < 0.9 * vae[0]
     assert np.mean(transformer[-3:]) < 0.6 * np.mean(transformer[:2])
 
 
