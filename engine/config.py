@@ -19,6 +19,10 @@ class EngineConfig:
     # Text embeddings kept in memory and under cache_dir/text-embeddings/, keyed by model, dtype, length and text.
     # Exact: a cached embedding is the one the text encoder returned.
     text_cache: bool = True
+    # Classifier-free guidance's conditional and unconditional passes in one batched transformer call per step
+    # (engine.denoise). Off: diffusers' own loop, two calls per step. Not bit-exact: matmuls of another batch size
+    # may round differently, so the quality gate measures it against references rendered with it off.
+    batched_guidance: bool = True
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

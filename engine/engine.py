@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from engine import denoise
 from engine.config import EngineConfig
 from engine.errors import EngineError, ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
 from engine.models import ModelInfo, Registry
@@ -56,7 +57,7 @@ class Engine:
         return self._pipelines[name]
 
     def render(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None = None) -> list[RenderedVideo]:
-        """One pipeline call for the whole batch, one generator per video.
+        """Render a same-shape batch in one pass: text embeddings, denoising, decoding; one generator per video.
 
         Each video's initial noise comes from its own CPU generator seeded with its seed (diffusers' randn_tensor
         draws per-sample when given a list), so a video renders the same alone or in any batch, on any device.
@@ -66,25 +67,34 @@ class Engine:
         shape, requests = batch.shape, batch.requests
         info = self.registry.get(shape.model)
         pipe = self.pipeline(shape.model)
+        _check_shape(pipe, shape)
         generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in requests]
         clock = _Clock(self.config.torch_device())
         try:
             with torch.inference_mode():
-                text = self._text_inputs(shape, info, pipe, requests)
+                embeds, negative = self._embeddings(shape, info, pipe, requests)
                 clock.lap("text")
-                # 1. Denoise to latents (diffusers' own loop, stopped before its decode).
-                latents = pipe(
-                    **text,
-                    height=shape.height,
-                    width=shape.width,
-                    num_frames=shape.frames,
-                    num_inference_steps=shape.steps,
-                    guidance_scale=shape.guidance,
-                    generator=generators,
-                    output_type="latent",
-                    max_sequence_length=info.max_sequence_length,
-                    callback_on_step_end=_stop_check(should_stop) if should_stop else None,
-                ).frames
+                # 1. Denoise to latents: the engine's loop (guidance batched), or diffusers' stopped before decoding.
+                if self.config.batched_guidance and denoise.supports(pipe):
+                    latents = denoise.denoise(
+                        pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=shape.height,
+                        width=shape.width, frames=shape.frames, steps=shape.steps, guidance=shape.guidance,
+                        generators=generators, should_stop=should_stop,
+                    )
+                else:
+                    latents = pipe(
+                        prompt_embeds=embeds,
+                        negative_prompt_embeds=negative,
+                        height=shape.height,
+                        width=shape.width,
+                        num_frames=shape.frames,
+                        num_inference_steps=shape.steps,
+                        guidance_scale=shape.guidance,
+                        generator=generators,
+                        output_type="latent",
+                        max_sequence_length=info.max_sequence_length,
+                        callback_on_step_end=_stop_check(should_stop) if should_stop else None,
+                    ).frames
                 clock.lap("denoise")
                 # 2. Decode, as WanPipeline.__call__ ends.
                 videos = np.asarray(decode_latents(pipe, latents))
@@ -100,15 +110,9 @@ class Engine:
         share = {stage: seconds / len(requests) for stage, seconds in clock.laps.items()}
         return [_to_uint8(request, video, share) for request, video in zip(requests, videos)]
 
-
-    def _text_inputs(self, shape, info: ModelInfo, pipe, requests) -> dict:
-        """The pipeline's text arguments: the prompts themselves, or their embeddings from the cache."""
-        prompts = [r.prompt for r in requests]
-        negatives = [r.negative_prompt or "" for r in requests]  # WanPipeline's own default negative prompt
-        if self.text_cache is None:
-            return {"prompt": prompts, "negative_prompt": negatives}
-        if shape.model not in self._identities:
-            self._identities[shape.model] = model_identity(self.model_path(info))
+    def _embeddings(self, shape, info: ModelInfo, pipe, requests) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Prompt and negative-prompt embeddings, from the cache when it is on; the negative ones only when the
+        pipeline guides (WanPipeline guides only above 1.0)."""
         device = self.config.torch_device()
 
         def encode(texts: list[str]) -> torch.Tensor:
@@ -116,12 +120,25 @@ class Engine:
                                       max_sequence_length=info.max_sequence_length, device=device)[0]
 
         def lookup(texts: list[str]) -> torch.Tensor:
+            if self.text_cache is None:
+                return encode(texts)
+            if shape.model not in self._identities:
+                self._identities[shape.model] = model_identity(self.model_path(info))
             return self.text_cache.embeddings(self._identities[shape.model], pipe.text_encoder.dtype,
                                               info.max_sequence_length, texts, encode).to(device)
 
-        # WanPipeline guides only above 1.0, and then needs the negative embeddings too.
-        return {"prompt_embeds": lookup(prompts),
-                "negative_prompt_embeds": lookup(negatives) if shape.guidance > 1.0 else None}
+        prompts = [r.prompt for r in requests]
+        negatives = [r.negative_prompt or "" for r in requests]  # WanPipeline's own default negative prompt
+        return lookup(prompts), (lookup(negatives) if shape.guidance > 1.0 else None)
+
+
+def _check_shape(pipe, shape) -> None:
+    """What WanPipeline would silently round (frames) or refuse (sides), refused here with the numbers."""
+    temporal = pipe.vae_scale_factor_temporal
+    if shape.height % 16 or shape.width % 16:
+        raise RenderError(f"{shape.width}x{shape.height}: sides must be multiples of 16 for WanPipeline")
+    if shape.frames % temporal != 1:
+        raise RenderError(f"{shape.frames} frames: {shape.model} renders {temporal}k+1 frames")
 
 
 def decode_latents(pipe, latents: torch.Tensor) -> np.ndarray:

@@ -45,6 +45,7 @@ class Settings:
     device: str = "auto"
     # Engine switches (engine.config.EngineConfig): each optimisation can be turned off to compare.
     text_cache: bool = True
+    batched_guidance: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -66,6 +67,7 @@ class Settings:
             max_batch=int(_number(env, "REELBATCH_MAX_BATCH", 4)),
             device=env.get("REELBATCH_DEVICE") or "auto",
             text_cache=_switch(env, "REELBATCH_TEXT_CACHE", True),
+            batched_guidance=_switch(env, "REELBATCH_BATCHED_GUIDANCE", True),
             lease_s=_number(env, "REELBATCH_LEASE_S", 120.0),
             max_attempts=int(_number(env, "REELBATCH_MAX_ATTEMPTS", 3)),
             retry_backoff_s=_number(env, "REELBATCH_RETRY_BACKOFF_S", 10.0),
@@ -77,7 +79,8 @@ class Settings:
         )
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(cache_dir=self.cache_dir, device=self.device, text_cache=self.text_cache)
+        return EngineConfig(cache_dir=self.cache_dir, device=self.device, text_cache=self.text_cache,
+                            batched_guidance=self.batched_guidance)
 
     def registry(self):
         from engine.errors import ModelNotFound

@@ -6,7 +6,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.errors import ModelNotFound
+from engine.errors import ModelNotFound, RenderError
 from engine.models import TINY, Registry
 from engine.tiny import TINY_VERSION, ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
@@ -69,9 +69,10 @@ def test_frame_counts_round_to_4k_plus_1(requested, expected):
     assert TINY.valid_frames(requested) == expected
 
 
-def test_the_split_render_equals_one_diffusers_call_and_times_its_stages(engine):
-    """The engine denoises to latents and decodes itself (to time and, later, overlap the stages); the frames must be
-    exactly what the plain pipeline call gives."""
+def test_exact_mode_equals_one_diffusers_call_and_times_its_stages(model_cache):
+    """With guidance unbatched, the engine denoises with diffusers' loop to latents and decodes itself (to time and
+    overlap the stages); the frames must be exactly what the plain pipeline call gives."""
+    engine = Engine(EngineConfig(cache_dir=model_cache, batched_guidance=False), Registry())
     requests = (RenderRequest(1, "a red circle", None, 5), RenderRequest(2, "a blue square", "blurry", 6))
     rendered = engine.render(RenderBatch(SHAPE, requests))
     pipe = engine.pipeline("tiny")
@@ -86,3 +87,22 @@ def test_the_split_render_equals_one_diffusers_call_and_times_its_stages(engine)
         assert np.array_equal(video.frames, frames)
         assert set(video.stages) == {"text", "denoise", "decode"} and all(v >= 0 for v in video.stages.values())
         assert video.stages["denoise"] > 0 and video.stages["decode"] > 0
+
+
+def test_batched_guidance_matches_exact_mode_within_rounding(model_cache):
+    requests = tuple(RenderRequest(i, f"prompt {i}", "blurry" if i else None, 40 + i) for i in range(3))
+    exact = Engine(EngineConfig(cache_dir=model_cache, batched_guidance=False), Registry())
+    fast = Engine(EngineConfig(cache_dir=model_cache, batched_guidance=True), Registry())
+    for a, b in zip(exact.render(RenderBatch(SHAPE, requests)), fast.render(RenderBatch(SHAPE, requests))):
+        diff = np.abs(a.frames.astype(int) - b.frames.astype(int))
+        assert diff.max() <= 2 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    # Without guidance there is one pass: the two modes are the same arithmetic.
+    unguided = Shape("tiny", 64, 48, 9, 3, 1.0)
+    for a, b in zip(exact.render(RenderBatch(unguided, requests)), fast.render(RenderBatch(unguided, requests))):
+        assert np.array_equal(a.frames, b.frames)
+
+
+@pytest.mark.parametrize(("width", "frames", "message"), [(40, 9, "multiples of 16"), (64, 8, "4k\\+1 frames")])
+def test_shapes_the_pipeline_would_round_are_refused(engine, width, frames, message):
+    with pytest.raises(RenderError, match=message):
+        engine.render(RenderBatch(Shape("tiny", width, 48, frames, 2, 5.0), (RenderRequest(1, "x", None, 1),)))

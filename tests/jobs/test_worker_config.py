@@ -61,8 +61,9 @@ def test_worker_command_refuses_a_broken_models_file(tmp_path):
 @pytest.mark.parametrize(("raw", "expected"), [("", True), ("1", True), ("on", True), ("0", False), ("off", False),
                                                 ("False", False)])
 def test_engine_switches_come_from_the_environment(raw, expected):
-    settings = Settings.from_env({"REELBATCH_TEXT_CACHE": raw})
-    assert settings.text_cache is expected and settings.engine_config().text_cache is expected
+    for name in ("text_cache", "batched_guidance"):
+        settings = Settings.from_env({f"REELBATCH_{name.upper()}": raw})
+        assert getattr(settings, name) is expected and getattr(settings.engine_config(), name) is expected
 
 
 def test_a_bad_switch_value_names_the_variable():
