@@ -62,7 +62,7 @@ TINY = ModelInfo(
     builtin=True,
 )
 
-# The `toy` model, trained here on the toy world (engine.toy.train) and committed beside its model card.
+# The `toy` model, trained here on the toy world (engine.toy.train); registered once its weights are in this folder.
 TOY_WEIGHTS = Path(__file__).resolve().parent / "toy" / "weights"
 TOY = ModelInfo(
     name="toy",
@@ -84,11 +84,19 @@ WAN_DEFAULTS = ModelDefaults(width=832, height=480, fps=16, duration_s=5.0, step
 _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__dataclass_fields__}
 
 
+def builtin_models() -> dict[str, ModelInfo]:
+    """`tiny` always; `toy` once its trained weights are in place (`reelbatch toy train --out engine/toy/weights`)."""
+    models = {"tiny": TINY}
+    if (TOY_WEIGHTS / "model_index.json").is_file():
+        models["toy"] = TOY
+    return models
+
+
 @dataclass
 class Registry:
     """Name -> ModelInfo. Built-ins plus the operator's models file."""
 
-    models: dict[str, ModelInfo] = field(default_factory=lambda: {"tiny": TINY, "toy": TOY})
+    models: dict[str, ModelInfo] = field(default_factory=lambda: builtin_models())
 
     def get(self, name: str) -> ModelInfo:
         try:

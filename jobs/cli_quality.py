@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jobs.console import fail, out
-from jobs.errors import ReelbatchError, UsageError
+from jobs.errors import TOY_HINT, ReelbatchError, UsageError
 from jobs.quality import REFERENCES, SAMPLE_SIZE, QualityReport, evaluate, sample_set
 from jobs.settings import Settings
 
@@ -48,7 +48,8 @@ def run_quality(settings: Settings, model: str, steps: int | None, guidance: flo
 
     registry = settings.registry()
     if model not in registry:
-        raise UsageError(f"--model: {model!r} is not registered (registered: {', '.join(registry.names())})")
+        raise UsageError(f"--model: {model!r} is not registered (registered: {', '.join(registry.names())})"
+                         + (TOY_HINT if model == "toy" else ""))
     info = registry.get(model)
     d = info.defaults
     frames = info.valid_frames(round(d.duration_s * d.fps))

@@ -74,7 +74,7 @@ def train(
 
 @toy_app.command("sheet")
 def sheet(
-    png: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("docs/toy-sheet.png"),
+    png: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("toy-sheet.png"),
     model: Annotated[str, typer.Option("--model", help="A registered model trained on the toy world.")] = "toy",
     steps: Annotated[Optional[int], typer.Option("--steps", min=1, max=200, help="Default: the model's.")] = None,
     scale: Annotated[int, typer.Option("--scale", min=1, max=8, help="Pixels per frame pixel.")] = 2,

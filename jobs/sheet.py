@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs.errors import UsageError
+from jobs.errors import TOY_HINT, UsageError
 from jobs.quality import round_trip, sample_set
 from jobs.settings import Settings
 
@@ -26,7 +26,8 @@ def contact_sheet(settings: Settings, model: str, prompts: list[str], *, seed: i
 
     registry = settings.registry()
     if model not in registry:
-        raise UsageError(f"--model: {model!r} is not registered (registered: {', '.join(registry.names())})")
+        raise UsageError(f"--model: {model!r} is not registered (registered: {', '.join(registry.names())})"
+                         + (TOY_HINT if model == "toy" else ""))
     if not prompts or any(not p.strip() for p in prompts):
         raise UsageError("--prompt: prompts must not be empty")
     info = registry.get(model)

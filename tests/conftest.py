@@ -7,13 +7,18 @@ tests that need it (listed by `-ra`), unless REELBATCH_REQUIRE_SERVICES=1, as in
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from tests import services
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _start(start: Callable[[], services.Service]) -> services.Service:
@@ -92,3 +97,29 @@ def redis_server() -> Iterator[str]:
 def model_cache(tmp_path_factory) -> Path:
     """One cache folder for the session, so the tiny model is built once and then loaded like any model."""
     return tmp_path_factory.mktemp("model-cache")
+
+
+@dataclass(frozen=True)
+class QuickToy:
+    root: Path  # out/ (the diffusers folder, references.npz, README.md) and work/ (checkpoints, train-log.jsonl)
+    stdout: str
+    models_file: Path  # registers out/ as `toy-quick` with the toy model's native shape
+
+
+@pytest.fixture(scope="session")
+def quick_toy(tmp_path_factory, model_cache) -> QuickToy:
+    """`reelbatch toy train --quick` run once per session through the CLI, evaluation included: a model of the toy
+    architecture that has trained for a minute, with its references and model card."""
+    root = tmp_path_factory.mktemp("quick-toy")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
+           "REELBATCH_CACHE_DIR": str(model_cache)}
+    proc = subprocess.run([sys.executable, "-m", "jobs", "toy", "train", "--quick", "--out", str(root / "out"),
+                           "--work", str(root / "work")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    models = root / "models.yaml"
+    models.write_text(
+        f"toy-quick:\n  path: {root / 'out'}\n"
+        "  defaults: {width: 48, height: 48, fps: 8, duration_s: 1, steps: 20, guidance: 5.0}\n"
+        "  temporal_factor: 2\n  max_frames: 9\n  max_sequence_length: 64\n")
+    return QuickToy(root, proc.stdout, models)

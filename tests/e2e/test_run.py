@@ -7,8 +7,7 @@ import sqlite3
 import boto3
 import pytest
 
-from engine.toy.judge import judge_clip
-from storage.encode import decode_frames, probe_mp4
+from storage.encode import probe_mp4
 
 from .conftest import DEMO
 
@@ -22,7 +21,7 @@ def check_videos(report: dict, read_bytes) -> None:
         info = probe_mp4(data)
         assert (info.frames, info.width, info.height) == (v["frames"], v["width"], v["height"])
         assert info.fps == pytest.approx(v["fps"]) and info.codec == "h264" and info.pix_fmt == "yuv420p"
-        assert v["frames"] % 2 == 1 and v["duration_s"] == pytest.approx(v["frames"] / v["fps"])
+        assert v["frames"] % 4 == 1 and v["duration_s"] == pytest.approx(v["frames"] / v["fps"])
         assert 0 <= v["seed"] < 2**63 and v["cost_usd"] > 0
     per = report["cost"]["per_successful_video_usd"]
     assert per == pytest.approx(report["cost"]["total_usd"] / len(report["videos"]))
@@ -37,10 +36,6 @@ def test_run_demo_to_a_local_folder(cli, tmp_path):
         assert v["uri"] == f"file://{tmp_path / 'outputs' / 'demo' / v['id']}.mp4"
         assert probe_mp4(tmp_path / "outputs" / "demo" / f"{v['id']}.mp4").moov_first
     check_videos(report, lambda uri: open(uri[len("file://"):], "rb").read())
-    # The demo renders with the toy model, so what a viewer sees can be checked against each prompt.
-    for v in report["videos"]:
-        agree = judge_clip(decode_frames(tmp_path / "outputs" / "demo" / f"{v['id']}.mp4")).matches(v["prompt"])
-        assert agree == {"colour": True, "shape": True, "direction": True, "background": True}, (v["id"], agree)
     status = cli.json("status")
     (run,) = status["runs"]
     assert run["name"] == "demo" and run["counts"]["succeeded"] == len(report["videos"])
@@ -101,5 +96,5 @@ def test_run_to_s3_with_postgres_and_redis(cli, cli_env, s3_env, postgres_url, r
     check_videos(report, read)
     head = s3.head_object(Bucket=bucket, Key=f"renders/demo/{report['videos'][0]['id']}.mp4")
     assert head["ContentType"] == "video/mp4"
-    assert head["Metadata"]["run"] == "demo" and head["Metadata"]["model"] == "toy"
+    assert head["Metadata"]["run"] == "demo" and head["Metadata"]["model"] == "tiny"
     assert head["Metadata"]["seed"] == str(report["videos"][0]["seed"])

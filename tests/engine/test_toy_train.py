@@ -2,8 +2,6 @@
 killed, drawing exactly what an unbroken run draws."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,19 +15,12 @@ from engine.toy.train import TrainConfig, train
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cli_toy import QUICK
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    """One quick run through the CLI, as a user starts it."""
-    root = tmp_path_factory.mktemp("toy-train")
-    proc = subprocess.run(
-        [sys.executable, "-m", "jobs", "toy", "train", "--quick", "--no-evaluate", "--out", str(root / "out"),
-         "--work", str(root / "work")], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    assert "transformer 30/30" in proc.stdout
-    return root
+def quick_run(quick_toy):
+    """The session's quick run through the CLI (tests/conftest.py), as a user starts it."""
+    assert "transformer 30/30" in quick_toy.stdout
+    return quick_toy.root
 
 
 def losses(work: Path, stage: str) -> list[float]:

@@ -260,7 +260,7 @@ def test_jsonl_id_that_is_a_number(tmp_path):
 
 def test_unregistered_model_lists_the_registered(tmp_path):
     path = write(tmp_path, "name: t\nmodel: wan-14b\nvideos: [{id: a, prompt: p}]\n")
-    expect(path, 2, "model", "'wan-14b'", "not registered", "registered: tiny, toy")
+    expect(path, 2, "model", "'wan-14b'", "not registered", "registered: tiny")
 
 
 def test_unregistered_model_from_keyword(tmp_path):
