@@ -66,8 +66,8 @@ TINY = ModelInfo(
 TOY_WEIGHTS = Path(__file__).resolve().parent / "toy" / "weights"
 TOY = ModelInfo(
     name="toy",
-    # Its native shape: trained on 9-frame 48x48 clips (longer videos are made in chunks). 20 steps at guidance 5
-    # is where its quality was measured (see engine/toy/weights/README.md).
+    # Its native shape: trained on 9-frame 48x48 clips. 20 steps at guidance 5 is where `reelbatch toy train`
+    # measures its quality (the model card it writes beside the weights).
     defaults=ModelDefaults(width=48, height=48, fps=8, duration_s=1.0, steps=20, guidance=5.0),
     path=TOY_WEIGHTS,
     # Its VAE compresses time by 2 and space by 4, and its patches are 2x2, so 8 would do; but WanPipeline.check_inputs

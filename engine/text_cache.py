@@ -63,13 +63,12 @@ class TextEmbeddingCache:
         """(len(texts), L, D) on the CPU; `encode` is called once, for the distinct texts not cached."""
         keys = [self.key(model, dtype, max_sequence_length, t) for t in texts]
         found = {k: v for k in set(keys) if (v := self._get(k)) is not None}
-        missing = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
-        self.stats.hits += len(texts) - sum(1 for k in keys if k not in found)
-        self.stats.misses += sum(1 for k in keys if k not in found)
+        missing = dict((k, t) for t, k in zip(texts, keys) if k not in found)  # key -> text, in first-seen order
+        self.stats.misses += sum(k in missing for k in keys)
+        self.stats.hits += len(keys) - sum(k in missing for k in keys)
         if missing:
-            encoded = encode(missing).detach().to("cpu")
-            for text, row in zip(missing, encoded):
-                key = self.key(model, dtype, max_sequence_length, text)
+            encoded = encode(list(missing.values())).detach().to("cpu")
+            for key, row in zip(missing, encoded):
                 found[key] = row.clone()
                 self._put(key, found[key])
         return torch.stack([found[k] for k in keys])

@@ -13,8 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jobs.console import fail, out
-from jobs.errors import TOY_HINT, ReelbatchError, UsageError
-from jobs.quality import REFERENCES, SAMPLE_SIZE, QualityReport, evaluate, sample_set
+from jobs.errors import ReelbatchError
+from jobs.quality import REFERENCES, SAMPLE_SIZE, QualityReport, evaluate, native_shape, sample_set
 from jobs.settings import Settings
 
 
@@ -44,25 +44,19 @@ def quality(
 def run_quality(settings: Settings, model: str, steps: int | None, guidance: float | None, count: int, batch: int,
                 show_progress: bool = False) -> QualityReport:
     from engine.engine import Engine
-    from engine.types import Shape
 
     registry = settings.registry()
-    if model not in registry:
-        raise UsageError(f"--model: {model!r} is not registered (registered: {', '.join(registry.names())})"
-                         + (TOY_HINT if model == "toy" else ""))
+    shape, fps = native_shape(registry, model, steps=steps, guidance=guidance)
     info = registry.get(model)
-    d = info.defaults
-    frames = info.valid_frames(round(d.duration_s * d.fps))
-    shape = Shape(model, d.width, d.height, frames, steps or d.steps, d.guidance if guidance is None else guidance)
     engine = Engine(settings.engine_config(), registry)
     cases = sample_set(count)
     references = info.path / REFERENCES if info.path else None
     if not show_progress:
-        return evaluate(engine, shape, cases, fps=d.fps, batch=batch, references=references)
+        return evaluate(engine, shape, cases, fps=fps, batch=batch, references=references)
     with Progress(TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=out, transient=True) as bar:
         task = bar.add_task("quality", total=len(cases))
-        return evaluate(engine, shape, cases, fps=d.fps, batch=batch, references=references,
+        return evaluate(engine, shape, cases, fps=fps, batch=batch, references=references,
                         on_batch=lambda n: bar.advance(task, n))
 
 

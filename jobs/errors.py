@@ -24,6 +24,3 @@ class RunNotFound(UsageError):
 class SchemaOutOfDate(ReelbatchError):
     """The database is not at the migration head and is not the embedded SQLite default."""
 
-
-# Said when a command names `toy` before its weights exist.
-TOY_HINT = "; `toy` appears once trained: reelbatch toy train --out engine/toy/weights"

@@ -17,9 +17,12 @@ import numpy as np
 
 from engine.engine import Engine
 from engine.metrics import psnr, ssim
+from engine.models import Registry
 from engine.toy.judge import score
 from engine.toy.world import BACKGROUNDS, COLOURS, DIRECTIONS, SHAPES
 from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.errors import UsageError
+from jobs.manifest_fields import plan_frames
 from storage.encode import decode_frames, encode_mp4
 
 SAMPLE_SIZE = 80
@@ -30,6 +33,19 @@ REFERENCES = "references.npz"
 TARGETS = {"colour": 0.95, "direction": 0.95, "background": 0.95, "shape": 0.80}
 # The exact engine must reproduce the references to this PSNR; float reordering across machines stays far above.
 REFERENCE_PSNR_DB = 40.0
+
+
+def native_shape(registry: Registry, model: str, *, steps: int | None = None,
+                 guidance: float | None = None) -> tuple[Shape, int]:
+    """The shape and fps a manifest that sets nothing gets from `model`, with steps and guidance overridable."""
+    if model not in registry:
+        hint = "; `toy` appears once trained: reelbatch toy train --out engine/toy/weights" if model == "toy" else ""
+        raise UsageError(f"--model: {model!r} is not registered (registered: {', '.join(registry.names())}){hint}")
+    info = registry.get(model)
+    d = info.defaults
+    shape = Shape(model, d.width, d.height, plan_frames(info, d.duration_s, d.fps), steps or d.steps,
+                  d.guidance if guidance is None else guidance)
+    return shape, d.fps
 
 
 @dataclass(frozen=True)
@@ -137,8 +153,9 @@ def compare_references(path: Path | None, shape: Shape, cases: list[Case], video
         if missing:
             return {"available": False, "why": f"{len(missing)} cases have no reference (first: {missing[0]})"}
         frames = ref["frames"]
-        psnrs = [psnr(video, frames[index[(c.prompt, c.seed)]]) for c, video in zip(cases, videos)]
-        ssims = [ssim(video, frames[index[(c.prompt, c.seed)]]) for c, video in zip(cases, videos)]
+        pairs = [(video, frames[index[(c.prompt, c.seed)]]) for c, video in zip(cases, videos)]
+        psnrs = [psnr(video, stored) for video, stored in pairs]
+        ssims = [ssim(video, stored) for video, stored in pairs]
     return {
         "available": True,
         "psnr_db_min": float(min(psnrs)),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from jobs.errors import TOY_HINT, UsageError
-from jobs.quality import round_trip, sample_set
+from jobs.errors import UsageError
+from jobs.quality import native_shape, round_trip, sample_set
 from jobs.settings import Settings
 
 _LABEL_H = 14  # px of caption above each row (PIL's built-in bitmap font is 11 px tall)
@@ -22,25 +22,19 @@ def contact_sheet(settings: Settings, model: str, prompts: list[str], *, seed: i
     from PIL import Image, ImageDraw
 
     from engine.engine import Engine
-    from engine.types import RenderBatch, RenderRequest, Shape
+    from engine.types import RenderBatch, RenderRequest
 
     registry = settings.registry()
-    if model not in registry:
-        raise UsageError(f"--model: {model!r} is not registered (registered: {', '.join(registry.names())})"
-                         + (TOY_HINT if model == "toy" else ""))
+    shape, fps = native_shape(registry, model, steps=steps)
     if not prompts or any(not p.strip() for p in prompts):
         raise UsageError("--prompt: prompts must not be empty")
-    info = registry.get(model)
-    d = info.defaults
-    shape = Shape(model, d.width, d.height, info.valid_frames(round(d.duration_s * d.fps)), steps or d.steps,
-                  d.guidance)
     requests = tuple(RenderRequest(i, p, None, seed + i) for i, p in enumerate(prompts))
     rendered = Engine(settings.engine_config(), registry).render(RenderBatch(shape, requests))
     videos = []
     for video in rendered:
         if video.frames is None:
             raise UsageError(f"{video.request.prompt!r}: {video.error}")
-        videos.append(round_trip(video.frames, d.fps))
+        videos.append(round_trip(video.frames, fps))
 
     tile_w, tile_h = shape.width * scale, shape.height * scale
     width = shape.frames * (tile_w + _GAP) - _GAP

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.quality import (REFERENCES, SAMPLE_SIZE, QualityReport, evaluate, render_cases, round_trip, sample_set,
-                          save_references)
+from jobs.quality import (REFERENCES, SAMPLE_SIZE, QualityReport, evaluate, native_shape, render_cases, round_trip,
+                          sample_set, save_references)
 from jobs.settings import Settings
 
 
@@ -27,21 +27,19 @@ def evaluate_toy(settings: Settings, folder: Path) -> ToyResults:
     engine's optimisations move the output)."""
     from engine.engine import Engine
     from engine.models import TINY, TOY, Registry
-    from engine.types import Shape
 
     registry = Registry({"tiny": TINY, "toy": dataclasses.replace(TOY, path=folder)})
-    d = TOY.defaults
-    shape = Shape("toy", d.width, d.height, TOY.valid_frames(round(d.duration_s * d.fps)), d.steps, d.guidance)
+    shape, fps = native_shape(registry, "toy")
     cases = sample_set(SAMPLE_SIZE)
     # References come from exact mode: diffusers' own arithmetic, every lossless-in-intent optimisation off.
     exact = Engine(dataclasses.replace(settings.engine_config(), batched_guidance=False), registry)
     save_references(folder / REFERENCES, shape, cases, render_cases(exact, shape, cases, batch=8))
     engine = Engine(settings.engine_config(), registry)
-    quality = evaluate(engine, shape, cases, fps=d.fps, references=folder / REFERENCES)
+    quality = evaluate(engine, shape, cases, fps=fps, references=folder / REFERENCES)
     pipe = engine.pipeline("toy")
     parameters = {name: sum(p.numel() for p in getattr(pipe, name).parameters())
                   for name in ("vae", "transformer", "text_encoder")}
-    return ToyResults(vae=vae_adherence(pipe.vae, shape, d.fps), quality=quality, parameters=parameters)
+    return ToyResults(vae=vae_adherence(pipe.vae, shape, fps), quality=quality, parameters=parameters)
 
 
 def vae_adherence(vae, shape, fps: int) -> dict[str, float]:

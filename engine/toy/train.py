@@ -85,18 +85,18 @@ def train(config: TrainConfig, work: Path, out: Path, on_log: Callable[[dict], N
     pipe = build_toy_pipeline(config.seed)
     logger = _Logger(work / "train-log.jsonl", on_log)
     progress = Progress(seconds={}, losses={})
+    finished: dict[str, dict] = {}  # each stage's saved state, for the stages after it
     for stage in STAGES:
         done = work / f"{stage}.done.pt"
         if done.is_file():
             state = torch.load(done, weights_only=False)
             _restore(pipe, stage, state)
-            progress.seconds[stage] = state["seconds"]
-            progress.losses[stage] = state.get("loss", float("nan"))
-            continue
-        state = _STAGE_FUNCS[stage](pipe, config, work, logger)
-        torch.save(state, work / f"{stage}.tmp")
-        (work / f"{stage}.tmp").replace(done)
-        (work / f"{stage}.last.pt").unlink(missing_ok=True)
+        else:
+            state = _STAGE_FUNCS[stage](pipe, config, work, logger, finished)
+            torch.save(state, work / f"{stage}.tmp")
+            (work / f"{stage}.tmp").replace(done)
+            (work / f"{stage}.last.pt").unlink(missing_ok=True)
+        finished[stage] = state
         progress.seconds[stage] = state["seconds"]
         progress.losses[stage] = state.get("loss", float("nan"))
     export(pipe, out)
@@ -111,7 +111,8 @@ def export(pipe, out: Path) -> None:
 # ---- stage 1 and 2: the VAE -------------------------------------------------------------------------------------
 
 
-def _train_vae(pipe, config: TrainConfig, work: Path, logger: "_Logger", *, stage: str = "vae") -> dict:
+def _train_vae(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict, *,
+               stage: str = "vae") -> dict:
     vae = pipe.vae
     decoder_only = stage == "decoder"
     params = list(vae.decoder.parameters()) + list(vae.post_quant_conv.parameters()) if decoder_only \
@@ -151,8 +152,8 @@ def _train_vae(pipe, config: TrainConfig, work: Path, logger: "_Logger", *, stag
     return {"vae": vae.state_dict(), "seconds": seconds + time.monotonic() - started, "loss": loss_value}
 
 
-def _train_decoder(pipe, config, work, logger) -> dict:
-    return _train_vae(pipe, config, work, logger, stage="decoder")
+def _train_decoder(pipe, config, work, logger, finished) -> dict:
+    return _train_vae(pipe, config, work, logger, finished, stage="decoder")
 
 
 def decode_unclamped(vae, z: torch.Tensor) -> torch.Tensor:
@@ -202,7 +203,7 @@ def to_model_space(clips: np.ndarray) -> torch.Tensor:
 # ---- stage 3: encoded latents ------------------------------------------------------------------------------------
 
 
-def _encode_latents(pipe, config: TrainConfig, work: Path, logger: "_Logger") -> dict:
+def _encode_latents(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict) -> dict:
     started = time.monotonic()
     latents, prompts = [], []
     chunk = 32
@@ -252,8 +253,8 @@ def shifted_sigmas(u: torch.Tensor, shift: float = SCHEDULER_SHIFT) -> torch.Ten
     return shift * u / (1 + (shift - 1) * u)
 
 
-def _train_transformer(pipe, config: TrainConfig, work: Path, logger: "_Logger") -> dict:
-    data = torch.load(work / "latents.done.pt", weights_only=False)
+def _train_transformer(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict) -> dict:
+    data = finished["latents"]
     latents = data["latents"]
     prompts, embeds, empty = prompt_table(pipe)
     index = {p: i for i, p in enumerate(prompts)}

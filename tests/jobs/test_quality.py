@@ -55,6 +55,23 @@ def test_quality_refuses_an_unknown_model(reelbatch):
     assert proc.returncode == 2 and "'nope' is not registered" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_naming_toy_before_it_is_trained_says_how_to_train_it(reelbatch):
+    from engine.models import builtin_models
+
+    if "toy" in builtin_models():
+        pytest.skip("engine/toy/weights holds a trained toy model, so `toy` is registered")
+    for args in (("quality",), ("toy", "sheet")):
+        proc = reelbatch(*args)
+        assert proc.returncode == 2 and "'toy' is not registered" in proc.stderr, proc.stderr
+        assert "reelbatch toy train --out engine/toy/weights" in proc.stderr
+
+
+def test_the_contact_sheet_refuses_an_empty_prompt(reelbatch, tmp_path):
+    proc = reelbatch("toy", "sheet", "--model", "toy-quick", "--prompt", "a red circle", "--prompt", "  ")
+    assert proc.returncode == 2 and "--prompt: prompts must not be empty" in proc.stderr
+    assert not (tmp_path / "toy-sheet.png").exists()
+
+
 def test_training_writes_a_model_card_with_its_scores(quick_toy):
     card = (quick_toy.root / "out" / "README.md").read_text()
     assert "# Model card: `toy`" in card and "| stage | minutes | last loss |" in card
