@@ -43,6 +43,11 @@ sys.stdin.readline()  # start together, so the claims really race
 taken = []
 while (claim := leases.claim_batch(factory, owner=sys.argv[2], max_batch=7, lease_s=600)) is not None:
     taken += [u.unit_id for u in claim.units]
+    if len(taken) == len(claim.units):
+        # After the first claim, wait for the other process's: on a loaded 2-core machine one process could
+        # otherwise take all the work before the other is scheduled, and the race would not be tested.
+        print("claimed", flush=True)
+        sys.stdin.readline()
 print(json.dumps(taken))
 """
 
@@ -55,7 +60,8 @@ def test_two_processes_claim_disjoint_sets(factory, db_url, registry, tmp_path):
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
-    taken = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert [p.stdout.readline() for p in procs] == ["claimed\n", "claimed\n"]
+    taken = [json.loads(p.communicate("go\n", timeout=300)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert not set(taken[0]) & set(taken[1]), "a unit was claimed twice"
     assert len(taken[0]) + len(taken[1]) == 2000 and all(taken), "both processes claimed, nothing was left"
