@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,6 +23,17 @@ class EngineConfig:
     # (engine.denoise). Off: diffusers' own loop, two calls per step. Not bit-exact: matmuls of another batch size
     # may round differently, so the quality gate measures it against references rendered with it off.
     batched_guidance: bool = True
+    # Wan's VAE norms as a plain sum of squares instead of F.normalize (engine.fast_ops): the same values to one
+    # float32 ulp, and on a CPU about half the decode time of a small model.
+    fast_vae_norm: bool = True
+    # torch.compile of the transformer's repeated blocks (diffusers' compile_repeated_blocks), one compile per input
+    # shape per process, cached under cache_dir/inductor (TORCHINDUCTOR_CACHE_DIR) so a restarted worker reuses
+    # it. Off by default: on a CPU each new shape costs 15-25 s of compiling, and it is not yet measured on a GPU.
+    compile: bool = False
+
+    def exact(self) -> EngineConfig:
+        """This config with every switch that changes output bits off: what a plain diffusers call computes."""
+        return replace(self, batched_guidance=False, fast_vae_norm=False, compile=False)
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

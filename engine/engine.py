@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from collections.abc import Callable
 
 import numpy as np
@@ -11,7 +13,8 @@ import torch
 
 from engine import denoise
 from engine.config import EngineConfig
-from engine.errors import EngineError, ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
+from engine.fast_ops import use_fast_vae_norm
+from engine.errors import ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
 from engine.models import ModelInfo, Registry
 from engine.text_cache import TextEmbeddingCache, model_identity
 from engine.tiny import ensure_tiny
@@ -26,6 +29,8 @@ class Engine:
         self.registry = registry
         self._pipelines: dict[str, object] = {}
         self._identities: dict[str, str] = {}
+        # Shape key -> the largest batch that fitted in device memory, learnt from out-of-memory errors.
+        self.max_batch: dict[str, int] = {}
         self.text_cache = TextEmbeddingCache(config.cache_dir / "text-embeddings") if config.text_cache else None
 
     def model_path(self, info: ModelInfo):
@@ -53,56 +58,76 @@ class Engine:
                                                use_safetensors=True)
             pipe.to(device)
             pipe.set_progress_bar_config(disable=True)
+            if self.config.fast_vae_norm:
+                use_fast_vae_norm(pipe.vae)
+            if self.config.compile:
+                # Set before the first compile; an operator's own TORCHINDUCTOR_CACHE_DIR wins.
+                os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(self.config.cache_dir) / "inductor"))
+                pipe.transformer.compile_repeated_blocks(dynamic=False)
             self._pipelines[name] = pipe
         return self._pipelines[name]
 
     def render(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None = None) -> list[RenderedVideo]:
-        """Render a same-shape batch in one pass: text embeddings, denoising, decoding; one generator per video.
+        """Render a same-shape batch: text embeddings, denoising, decoding; one generator per video.
 
         Each video's initial noise comes from its own CPU generator seeded with its seed (diffusers' randn_tensor
         draws per-sample when given a list), so a video renders the same alone or in any batch, on any device.
-        `should_stop` is asked after every denoising step (diffusers' callback_on_step_end); a reason it returns
-        stops the render with RenderInterrupted.
+        `should_stop` is asked after every denoising step; a reason it returns stops the render with
+        RenderInterrupted. Out of device memory, the batch is split in half and each half rendered; the largest
+        size that fitted is remembered per shape, so later batches of that shape are split before they start.
         """
+        key, requests = batch.shape.key(), batch.requests
+        limit = self.max_batch.get(key)
+        if limit and len(requests) > limit:
+            return [video for start in range(0, len(requests), limit)
+                    for video in self.render(RenderBatch(batch.shape, requests[start : start + limit]), should_stop)]
+        try:
+            return self._render_once(batch, should_stop)
+        except torch.OutOfMemoryError as exc:
+            if len(requests) == 1:
+                raise RetryableRenderError(f"out of memory rendering 1 x {key}") from exc
+            self.max_batch[key] = (len(requests) + 1) // 2
+            log.warning("out of memory rendering %d x %s; from now on at most %d at a time", len(requests), key,
+                        self.max_batch[key])
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        return self.render(batch, should_stop)
+
+    def _render_once(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None) -> list[RenderedVideo]:
         shape, requests = batch.shape, batch.requests
         info = self.registry.get(shape.model)
         pipe = self.pipeline(shape.model)
         _check_shape(pipe, shape)
         generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in requests]
         clock = _Clock(self.config.torch_device())
-        try:
-            with torch.inference_mode():
-                embeds, negative = self._embeddings(shape, info, pipe, requests)
-                clock.lap("text")
-                # 1. Denoise to latents: the engine's loop (guidance batched), or diffusers' stopped before decoding.
-                if self.config.batched_guidance and denoise.supports(pipe):
-                    latents = denoise.denoise(
-                        pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=shape.height,
-                        width=shape.width, frames=shape.frames, steps=shape.steps, guidance=shape.guidance,
-                        generators=generators, should_stop=should_stop,
-                    )
-                else:
-                    latents = pipe(
-                        prompt_embeds=embeds,
-                        negative_prompt_embeds=negative,
-                        height=shape.height,
-                        width=shape.width,
-                        num_frames=shape.frames,
-                        num_inference_steps=shape.steps,
-                        guidance_scale=shape.guidance,
-                        generator=generators,
-                        output_type="latent",
-                        max_sequence_length=info.max_sequence_length,
-                        callback_on_step_end=_stop_check(should_stop) if should_stop else None,
-                    ).frames
-                clock.lap("denoise")
-                # 2. Decode, as WanPipeline.__call__ ends.
-                videos = np.asarray(decode_latents(pipe, latents))
-                clock.lap("decode")
-        except torch.OutOfMemoryError as exc:
-            raise RetryableRenderError(f"out of memory rendering {len(requests)} x {shape.key()}") from exc
-        except EngineError:
-            raise
+        with torch.inference_mode():
+            embeds, negative = self._embeddings(shape, info, pipe, requests)
+            clock.lap("text")
+            # 1. Denoise to latents: the engine's loop (guidance batched), or diffusers' stopped before decoding.
+            if self.config.batched_guidance and denoise.supports(pipe):
+                latents = denoise.denoise(
+                    pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=shape.height,
+                    width=shape.width, frames=shape.frames, steps=shape.steps, guidance=shape.guidance,
+                    generators=generators, should_stop=should_stop,
+                )
+            else:
+                latents = pipe(
+                    prompt_embeds=embeds,
+                    negative_prompt_embeds=negative,
+                    height=shape.height,
+                    width=shape.width,
+                    num_frames=shape.frames,
+                    num_inference_steps=shape.steps,
+                    guidance_scale=shape.guidance,
+                    generator=generators,
+                    output_type="latent",
+                    max_sequence_length=info.max_sequence_length,
+                    callback_on_step_end=_stop_check(should_stop) if should_stop else None,
+                ).frames
+            clock.lap("denoise")
+            # 2. Decode, as WanPipeline.__call__ ends.
+            videos = np.asarray(decode_latents(pipe, latents))
+            clock.lap("decode")
         expected = (len(requests), shape.frames, shape.height, shape.width, 3)
         if videos.shape != expected:
             raise RenderError(f"pipeline returned frames of shape {videos.shape}, expected {expected}")

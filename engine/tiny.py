@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -63,18 +64,23 @@ def build_tiny_pipeline():
 
 
 def ensure_tiny(cache_dir: Path) -> Path:
-    """Path of the saved tiny model, building it on first use.
+    """Path of the saved tiny model, building it on first use."""
+    return ensure_built(cache_dir, TINY_VERSION, build_tiny_pipeline)
+
+
+def ensure_built(cache_dir: Path, name: str, build: Callable[[], object]) -> Path:
+    """Path of the pipeline `build()` makes, saved as cache_dir/models/`name` on first use.
 
     Several workers may start at once: each builds into its own temporary folder and renames it into place; the
     rename is atomic, and a loser simply discards its copy.
     """
-    target = Path(cache_dir) / "models" / TINY_VERSION
+    target = Path(cache_dir) / "models" / name
     if (target / "model_index.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{TINY_VERSION}-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
-        build_tiny_pipeline().save_pretrained(tmp, safe_serialization=True)
+        build().save_pretrained(tmp, safe_serialization=True)
         try:
             os.rename(tmp, target)
         except OSError:

@@ -9,7 +9,7 @@ Lease times come from the workers' clocks: keep them NTP-synchronised (leases ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select
@@ -197,6 +197,7 @@ class VideoOutput:
     render_s: float
     encode_s: float
     upload_s: float
+    stages: dict[str, float] = field(default_factory=dict)  # the render's text/denoise/decode share
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,7 @@ def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: 
         move(row, video, Status.SUCCEEDED)
         video.uri, video.bytes, video.sha256 = out.uri, out.bytes, out.sha256
         video.render_s, video.encode_s, video.upload_s = out.render_s, out.encode_s, out.upload_s
+        video.text_s, video.denoise_s, video.decode_s = (out.stages.get(k) for k in ("text", "denoise", "decode"))
         video.last_error = row.last_error = None
         seconds = out.render_s + out.encode_s + out.upload_s
         s.add(CostRecord(video_id=video.id, kind="gpu", seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,

@@ -77,7 +77,11 @@ class Video(Timestamps, Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    render_s: Mapped[float | None] = mapped_column(Float)
+    render_s: Mapped[float | None] = mapped_column(Float)  # the video's share of its batch's render
+    # Its share of each render stage (the three add up to about render_s), for stage breakdowns and benchmarks.
+    text_s: Mapped[float | None] = mapped_column(Float)
+    denoise_s: Mapped[float | None] = mapped_column(Float)
+    decode_s: Mapped[float | None] = mapped_column(Float)
     encode_s: Mapped[float | None] = mapped_column(Float)
     upload_s: Mapped[float | None] = mapped_column(Float)
     uri: Mapped[str | None] = mapped_column(Text)

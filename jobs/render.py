@@ -14,8 +14,10 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
@@ -39,6 +41,32 @@ class BatchResult:
     retried: int = 0
     failed: int = 0
     released: int = 0
+    pending: int = 0  # handed to a Finisher to encode and store; its result arrives from Finisher.wait()
+
+
+class Finisher:
+    """Encodes, stores and records rendered batches on one background thread while the caller renders the next.
+
+    Bounded: `submit` first waits for the batch before, so at most one finished batch is held in memory besides the
+    one rendering. Video encoding (libx264) and uploads release the GIL, so they really do run beside the denoiser.
+    Nothing is lost if the process dies with a batch here: its units are still leased, so the reaper hands them on,
+    and an upload that completed is adopted by its recorded hash rather than made twice.
+    """
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="reelbatch-finish")
+        self._pending: Future | None = None
+
+    def submit(self, job: Callable[[], BatchResult]) -> BatchResult | None:
+        """Queue `job`; returns the result of the job it waited for, if any."""
+        before = self.wait()
+        self._pending = self._pool.submit(job)
+        return before
+
+    def wait(self) -> BatchResult | None:
+        """Block until the queued job (if any) is done and return its result."""
+        pending, self._pending = self._pending, None
+        return None if pending is None else pending.result()
 
 
 def worker_id() -> str:
@@ -65,13 +93,19 @@ def backoff(settings: Settings, attempts: int) -> float:
     return min(settings.retry_backoff_s * 2 ** max(attempts - 1, 0), 600.0)
 
 
-def render_next_batch(settings: Settings, engine: Engine, factory) -> BatchResult:
-    """Claim one same-shape batch and take it to the store. A result with claimed=0 means nothing was waiting."""
+def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Finisher | None = None) -> BatchResult:
+    """Claim one same-shape batch and take it to the store. A result with claimed=0 means nothing was waiting.
+
+    With a `finisher`, encoding and storing are queued on it and the result says how many videos are `pending`;
+    the leases are renewed until the finisher has recorded them.
+    """
     claim = leases.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s)
     if claim is None:
         return BatchResult()
     limit = batch_time_limit(settings, claim.batch.shape, len(claim.units))
-    with LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit) as keeper:
+    keeper = LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit).__enter__()
+    handed_off = False
+    try:
         adopted, todo = _adopt_earlier_uploads(settings, factory, claim)
         if not todo:
             return BatchResult(len(claim.units), adopted)
@@ -87,7 +121,25 @@ def render_next_batch(settings: Settings, engine: Engine, factory) -> BatchResul
             return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted)
         # The batch's render time is shared equally: its videos have the same shape, so the same work.
         render_share = (time.perf_counter() - started) / len(todo)
-        return _store_all(settings, factory, claim, todo, rendered, render_share, adopted)
+        store = partial(_store_all, settings, factory, claim, todo, rendered, render_share, adopted)
+        if finisher is None:
+            return store()
+        finisher.submit(partial(_finish, store, keeper))
+        handed_off = True
+        return BatchResult(len(claim.units), pending=len(todo))
+    finally:
+        if not handed_off:
+            keeper.__exit__(None, None, None)
+
+
+def _finish(store: Callable[[], BatchResult], keeper: LeaseKeeper) -> BatchResult:
+    try:
+        return store()
+    except Exception:  # noqa: BLE001 - e.g. the database restarting: the units stay leased until the reaper
+        log.exception("finishing a batch failed; its videos will be retried after their leases expire")
+        return BatchResult()
+    finally:
+        keeper.__exit__(None, None, None)
 
 
 def _adopt_earlier_uploads(settings, factory, claim: Claim) -> tuple[int, list[ClaimedUnit]]:
@@ -119,7 +171,7 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted) 
             retried_now = _retry(settings, factory, unit, video.error)
         else:
             try:
-                out = _store_video(factory, claim, unit, video.frames, render_share)
+                out = _store_video(factory, claim, unit, video.frames, render_share, video.stages)
             except ObjectConflict as exc:
                 failed += leases.record_failure(factory, unit, f"ObjectConflict: {exc}")
                 continue
@@ -155,7 +207,8 @@ def _interrupted(settings, factory, claim, todo, reason: str, limit: float, adop
     return BatchResult(len(claim.units), adopted, released=released)
 
 
-def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, render_share: float) -> VideoOutput | None:
+def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, render_share: float,
+                 stages: dict[str, float]) -> VideoOutput | None:
     t0 = time.perf_counter()
     data = encode_mp4(frames, unit.fps)
     digest = hashlib.sha256(data).hexdigest()
@@ -167,7 +220,7 @@ def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, render_share:
         metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": claim.batch.shape.model},
     )
     t2 = time.perf_counter()
-    return VideoOutput(stored.uri, stored.bytes, stored.sha256, render_share, t1 - t0, t2 - t1)
+    return VideoOutput(stored.uri, stored.bytes, stored.sha256, render_share, t1 - t0, t2 - t1, dict(stages))
 
 
 class LeaseKeeper:

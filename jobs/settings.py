@@ -46,6 +46,10 @@ class Settings:
     # Engine switches (engine.config.EngineConfig): each optimisation can be turned off to compare.
     text_cache: bool = True
     batched_guidance: bool = True
+    fast_vae_norm: bool = True
+    compile: bool = False
+    # Encode, store and record batch k on a background thread while batch k+1 renders (jobs.render.Finisher).
+    overlap: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -68,6 +72,9 @@ class Settings:
             device=env.get("REELBATCH_DEVICE") or "auto",
             text_cache=_switch(env, "REELBATCH_TEXT_CACHE", True),
             batched_guidance=_switch(env, "REELBATCH_BATCHED_GUIDANCE", True),
+            fast_vae_norm=_switch(env, "REELBATCH_FAST_VAE_NORM", True),
+            overlap=_switch(env, "REELBATCH_OVERLAP", True),
+            compile=_switch(env, "REELBATCH_COMPILE", False),
             lease_s=_number(env, "REELBATCH_LEASE_S", 120.0),
             max_attempts=int(_number(env, "REELBATCH_MAX_ATTEMPTS", 3)),
             retry_backoff_s=_number(env, "REELBATCH_RETRY_BACKOFF_S", 10.0),
@@ -80,7 +87,8 @@ class Settings:
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(cache_dir=self.cache_dir, device=self.device, text_cache=self.text_cache,
-                            batched_guidance=self.batched_guidance)
+                            batched_guidance=self.batched_guidance, fast_vae_norm=self.fast_vae_norm,
+                            compile=self.compile)
 
     def registry(self):
         from engine.errors import ModelNotFound

@@ -8,13 +8,13 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 from celery import Celery, current_app, shared_task
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from engine.engine import Engine
 from jobs import leases
 from jobs.db import session_factory
-from jobs.render import render_next_batch
+from jobs.render import Finisher, render_next_batch
 from jobs.settings import Settings
 from jobs.sweeper import Sweeper
 
@@ -37,6 +37,12 @@ def _worker_state() -> tuple[Settings, Engine]:
     return settings, Engine(settings.engine_config(), settings.registry())
 
 
+@lru_cache(maxsize=1)
+def _finisher() -> Finisher:
+    """One per rendering process: batch k is stored while batch k+1 renders."""
+    return Finisher()
+
+
 # A database that is restarting or briefly unreachable: retry the ticket with backoff. The batch it held keeps
 # its lease until that expires, then the reaper hands it on; its stored objects are adopted, never duplicated.
 @shared_task(name="reelbatch.render_next", acks_late=True, autoretry_for=(OperationalError, InterfaceError),
@@ -46,7 +52,7 @@ def render_next() -> dict:
     factory = session_factory(settings.database_url)
     _busy.set()
     try:
-        result = render_next_batch(settings, engine, factory)
+        result = render_next_batch(settings, engine, factory, _finisher() if settings.overlap else None)
     finally:
         _busy.clear()
     if result.claimed and leases.claimable(factory):
@@ -86,6 +92,14 @@ def _start_sweeper() -> None:
     settings = Settings.from_env()
     app = current_app._get_current_object()  # the worker's app, taken here in its main thread
     Sweeper(settings, session_factory(settings.database_url), _busy, lambda n: send_tickets(n, app=app)).start()
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _finish_stores(**_) -> None:
+    """A warm shutdown stores the batch still in the finisher before the process exits."""
+    if _finisher.cache_info().currsize:
+        _finisher().wait()
 
 
 @worker_process_init.connect

@@ -1,12 +1,15 @@
 """The engine on the built-in tiny model: real diffusers components, random weights, on the CPU."""
 
+import dataclasses
+import os
+
 import numpy as np
 import pytest
 import torch
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.errors import ModelNotFound, RenderError
+from engine.errors import ModelNotFound, RenderError, RetryableRenderError
 from engine.models import TINY, Registry
 from engine.tiny import TINY_VERSION, ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
@@ -70,9 +73,9 @@ def test_frame_counts_round_to_4k_plus_1(requested, expected):
 
 
 def test_exact_mode_equals_one_diffusers_call_and_times_its_stages(model_cache):
-    """With guidance unbatched, the engine denoises with diffusers' loop to latents and decodes itself (to time and
-    overlap the stages); the frames must be exactly what the plain pipeline call gives."""
-    engine = Engine(EngineConfig(cache_dir=model_cache, batched_guidance=False), Registry())
+    """In exact mode the engine denoises with diffusers' loop to latents and decodes itself (to time and overlap the
+    stages); the frames must be exactly what the plain pipeline call gives."""
+    engine = Engine(EngineConfig(cache_dir=model_cache).exact(), Registry())
     requests = (RenderRequest(1, "a red circle", None, 5), RenderRequest(2, "a blue square", "blurry", 6))
     rendered = engine.render(RenderBatch(SHAPE, requests))
     pipe = engine.pipeline("tiny")
@@ -89,13 +92,16 @@ def test_exact_mode_equals_one_diffusers_call_and_times_its_stages(model_cache):
         assert video.stages["denoise"] > 0 and video.stages["decode"] > 0
 
 
-def test_batched_guidance_matches_exact_mode_within_rounding(model_cache):
+@pytest.mark.parametrize("switch", ["batched_guidance", "fast_vae_norm"])
+def test_each_fast_switch_matches_exact_mode_within_rounding(model_cache, switch):
     requests = tuple(RenderRequest(i, f"prompt {i}", "blurry" if i else None, 40 + i) for i in range(3))
-    exact = Engine(EngineConfig(cache_dir=model_cache, batched_guidance=False), Registry())
-    fast = Engine(EngineConfig(cache_dir=model_cache, batched_guidance=True), Registry())
+    exact = Engine(EngineConfig(cache_dir=model_cache).exact(), Registry())
+    fast = Engine(dataclasses.replace(EngineConfig(cache_dir=model_cache).exact(), **{switch: True}), Registry())
     for a, b in zip(exact.render(RenderBatch(SHAPE, requests)), fast.render(RenderBatch(SHAPE, requests))):
         diff = np.abs(a.frames.astype(int) - b.frames.astype(int))
         assert diff.max() <= 2 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    if switch != "batched_guidance":
+        return
     # Without guidance there is one pass: the two modes are the same arithmetic.
     unguided = Shape("tiny", 64, 48, 9, 3, 1.0)
     for a, b in zip(exact.render(RenderBatch(unguided, requests)), fast.render(RenderBatch(unguided, requests))):
@@ -106,3 +112,55 @@ def test_batched_guidance_matches_exact_mode_within_rounding(model_cache):
 def test_shapes_the_pipeline_would_round_are_refused(engine, width, frames, message):
     with pytest.raises(RenderError, match=message):
         engine.render(RenderBatch(Shape("tiny", width, 48, frames, 2, 5.0), (RenderRequest(1, "x", None, 1),)))
+
+
+def test_out_of_memory_splits_the_batch_and_remembers_what_fitted(model_cache, monkeypatch):
+    """A CPU has no device memory to run out of, so the denoiser is made to raise torch's OutOfMemoryError for
+    batches over 2, as a GPU would; everything else is the real engine."""
+    from engine import denoise
+
+    real, sizes = denoise.denoise, []
+
+    def limited(pipe, **kwargs):
+        sizes.append(len(kwargs["generators"]))
+        if sizes[-1] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(pipe, **kwargs)
+
+    engine = Engine(EngineConfig(cache_dir=model_cache), Registry())
+    requests = tuple(RenderRequest(i, f"prompt {i}", None, 70 + i) for i in range(5))
+    alone = [engine.render(RenderBatch(SHAPE, (r,)))[0].frames for r in requests]
+    monkeypatch.setattr(denoise, "denoise", limited)
+    sizes.clear()
+    rendered = engine.render(RenderBatch(SHAPE, requests))
+    assert [v.request for v in rendered] == list(requests), "every video, in order"
+    for video, frames in zip(rendered, alone):
+        diff = np.abs(video.frames.astype(int) - frames.astype(int))
+        assert diff.max() <= 2 and diff.mean() < 0.05  # batch size only changes float rounding
+    assert sizes == [5, 3, 2, 1, 2], "5 failed, then 3 failed, then halves of at most 2"
+    assert engine.max_batch[SHAPE.key()] == 2
+    sizes.clear()
+    engine.render(RenderBatch(SHAPE, requests[:4]))
+    assert sizes == [2, 2], "later batches of the shape are split before they start"
+    # One video that does not fit cannot be split: that is a retryable error for the worker.
+    monkeypatch.setattr(denoise, "denoise", lambda pipe, **kw: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")))
+    with pytest.raises(RetryableRenderError, match="out of memory rendering 1 x"):
+        engine.render(RenderBatch(SHAPE, requests[:1]))
+
+
+def test_compiled_blocks_render_what_eager_ones_do_and_cache_their_code(tmp_path, model_cache, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "unset-below")  # so teardown restores what was there
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / "tiny-v1").symlink_to(ensure_tiny(model_cache))
+    requests = (RenderRequest(1, "a red circle", None, 5), RenderRequest(2, "a blue square", None, 6))
+    eager = Engine(EngineConfig(cache_dir=cache), Registry()).render(RenderBatch(SHAPE, requests))
+    compiled_engine = Engine(EngineConfig(cache_dir=cache, compile=True), Registry())
+    compiled = compiled_engine.render(RenderBatch(SHAPE, requests))
+    assert compiled_engine.pipeline("tiny").transformer.blocks[0]._compiled_call_impl is not None
+    for a, b in zip(eager, compiled):
+        diff = np.abs(a.frames.astype(int) - b.frames.astype(int))
+        assert diff.max() <= 2 and diff.mean() < 0.05, (diff.max(), diff.mean())
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache / "inductor")
+    assert any((cache / "inductor").rglob("*.py")), "inductor wrote its generated code to the cache folder"

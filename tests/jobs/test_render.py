@@ -1,6 +1,7 @@
 """One batch through the real path: claim -> tiny engine -> PyAV -> store -> rows, with no Celery in between."""
 
 import dataclasses
+import time
 
 import pytest
 from sqlalchemy import select
@@ -10,7 +11,7 @@ from jobs import queries
 from jobs.db import session_factory
 from jobs.manifest import load_manifest
 from jobs.models import CostRecord, Video
-from jobs.render import render_next_batch
+from jobs.render import Finisher, render_next_batch
 from jobs.settings import Settings
 from jobs.status import Status
 from storage.encode import probe_mp4
@@ -44,8 +45,33 @@ def test_a_batch_renders_encodes_stores_and_costs(setup):
         cost = costs[v.id]
         assert cost.seconds == pytest.approx(v.render_s + v.encode_s + v.upload_s)
         assert cost.amount_micro_usd == round(cost.seconds * 3.6 / 3600 * 1e6) > 0
-    # Same shape: the batch's render time is shared equally.
+    # Same shape: the batch's render time is shared equally, and so is each of its stages.
     assert len({round(v.render_s, 9) for v in videos}) == 1
+    for v in videos:
+        assert v.denoise_s > 0 and v.decode_s > 0 and v.text_s >= 0
+        # render_s also holds the first batch's model load.
+        assert v.text_s + v.denoise_s + v.decode_s <= v.render_s
+
+
+def test_a_finisher_stores_while_the_next_batch_renders(setup):
+    """With a Finisher, render_next_batch returns once the batch is rendered; its videos stay leased (renewed)
+    until the finisher has stored and recorded them, with the same MP4s the synchronous path writes."""
+    settings, factory, engine, folder = setup
+    settings = dataclasses.replace(settings, max_batch=2, lease_s=0.6)
+    finisher = Finisher()
+    first = render_next_batch(settings, engine, factory, finisher)
+    assert (first.claimed, first.succeeded, first.pending) == (2, 0, 2)
+    # The first batch's leases outlive their 0.6 s while it waits (the keeper renews them), so no one can steal it.
+    time.sleep(1.5)
+    second = render_next_batch(settings, engine, factory, finisher)
+    assert (second.claimed, second.pending) == (1, 1), "only the third video was claimable"
+    done = finisher.wait()
+    assert (done.claimed, done.succeeded) == (1, 1)
+    with factory() as s:
+        videos = list(s.scalars(select(Video).order_by(Video.id)))
+    assert [Status(v.status) for v in videos] == [Status.SUCCEEDED] * 3
+    assert all(v.attempts == 1 for v in videos), "no lease expired and no video rendered twice"
+    assert probe_mp4(folder / "v2.mp4").frames == 9
 
 
 def test_an_existing_different_object_is_never_overwritten(setup):

@@ -61,9 +61,13 @@ def test_worker_command_refuses_a_broken_models_file(tmp_path):
 @pytest.mark.parametrize(("raw", "expected"), [("", True), ("1", True), ("on", True), ("0", False), ("off", False),
                                                 ("False", False)])
 def test_engine_switches_come_from_the_environment(raw, expected):
-    for name in ("text_cache", "batched_guidance"):
+    defaults = {"text_cache": True, "batched_guidance": True, "fast_vae_norm": True, "compile": False}
+    for name, default in defaults.items():
         settings = Settings.from_env({f"REELBATCH_{name.upper()}": raw})
-        assert getattr(settings, name) is expected and getattr(settings.engine_config(), name) is expected
+        want = default if raw == "" else expected
+        assert getattr(settings, name) is want and getattr(settings.engine_config(), name) is want
+    # The worker's own switch: storing batch k while batch k+1 renders.
+    assert Settings.from_env({"REELBATCH_OVERLAP": raw}).overlap is (True if raw == "" else expected)
 
 
 def test_a_bad_switch_value_names_the_variable():
