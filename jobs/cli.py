@@ -242,3 +242,7 @@ from jobs.cli_toy import toy_app  # noqa: E402
 
 app.command()(quality)
 app.add_typer(toy_app, name="toy")
+
+from jobs.cli_bench import bench  # noqa: E402
+
+app.command()(bench)

@@ -1,0 +1,100 @@
+"""`reelbatch bench`: both sides run for real (diffusers pipeline calls; the worker path with its database, store and
+finisher) and the report's numbers are consistent with each other. Speed itself is never asserted here."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from jobs.bench import PRESETS, Preset, denoise_gflop, measure_peak_gflops, prompts
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_bench_small_runs_both_sides_and_reports_every_field(tmp_path, model_cache):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
+           "REELBATCH_CACHE_DIR": str(model_cache)}
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "--preset", "small", "--videos", "4", "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    for side in ("baseline", "engine"):
+        s = r[side]
+        assert s["videos"] == 4 and s["wall_s"] > 0
+        assert s["videos_per_hour"] == pytest.approx(3600 * 4 / s["wall_s"])
+        assert set(s["stages"]) == {"text", "denoise", "decode", "encode", "upload", "other"}
+        assert s["stages"]["denoise"] > 0 and s["stages"]["decode"] > 0 and s["stages"]["encode"] > 0
+        # Rendering is one thread of work, so its stages fit in the wall time; encoding and upload may overlap it.
+        assert s["stages"]["text"] + s["stages"]["denoise"] + s["stages"]["decode"] <= s["wall_s"]
+    b = r["baseline"]
+    assert sum(b["stages"].values()) <= b["wall_s"] * 1.01, "the baseline does one thing at a time"
+    assert r["speedup"] == pytest.approx(r["engine"]["videos_per_hour"] / r["baseline"]["videos_per_hour"])
+    e = r["engine"]
+    assert e["wall_over_compute"] == pytest.approx(e["wall_s"] / (e["stages"]["denoise"] + e["stages"]["decode"]))
+    # Same model, prompts and seeds: the worker path's videos are the diffusers script's, to rounding.
+    assert r["min_psnr_db"] >= 40 and len(r["psnr_db"]) == 4 and r["min_psnr_db"] == min(r["psnr_db"])
+    assert 0 < r["min_psnr_mp4_db"] <= 100
+    assert r["denoise_gflop"] > 0 and r["peak_gflops"] > 0 and 0 < r["denoise_mfu"] < 1.5
+    assert e["config"]["overlap"] is True and e["config"]["max_batch"] == PRESETS["small"].batch
+    assert not list(tmp_path.iterdir()), "the bench leaves nothing behind in the working folder"
+
+
+def test_denoise_flops_match_a_hand_count_of_the_blocks(model_cache):
+    """FlopCounterMode on one transformer call, scaled by steps and guidance, against the matmuls counted by hand."""
+    from diffusers import WanPipeline
+
+    from engine.tiny import ensure_tiny
+
+    pipe = WanPipeline.from_pretrained(ensure_tiny(model_cache))
+    preset = Preset("t", "", "tiny", 64, 64, 9, 8, steps=3, guidance=5.0, videos=1, batch=1, max_sequence_length=64)
+    gflop = denoise_gflop(pipe, preset, torch.device("cpu"))
+    c = pipe.transformer.config
+    d = c.num_attention_heads * c.attention_head_dim
+    tokens = 3 * (64 // 8 // 2) ** 2  # 9 frames -> 3 latent frames, 8x8 latents, 2x2 patches
+    text = 64
+    per_block = (2 * tokens * d * d * 4  # self-attention q, k, v, o
+                 + 2 * tokens * d * d * 2 + 2 * text * d * d * 2  # cross-attention q, o and k, v
+                 + 2 * tokens * d * c.ffn_dim * 2  # feed-forward
+                 + 2 * 2 * tokens * tokens * d + 2 * 2 * tokens * text * d)  # attention scores and values
+    blocks = c.num_layers * per_block * preset.steps * 2 / 1e9
+    # The blocks are most of it; embeddings and the output head add a little on top.
+    assert blocks <= gflop <= 1.3 * blocks
+
+
+def test_peak_is_measured_and_prompts_are_distinct():
+    assert measure_peak_gflops(torch.device("cpu"), torch.float32, n=256, repeats=2) > 0
+    assert len(set(prompts(64))) == 64
+
+
+def test_the_wan_presets_have_the_published_sizes():
+    """Built on the meta device (no memory, no time): the wan-1.3b preset is Wan2.1-T2V-1.3B's transformer (1.42B
+    parameters), Wan2.1's VAE (127M) and UMT5-XXL's encoder (5.68B with its own vocabulary); the cpu preset keeps
+    its widths."""
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    from engine.bench_models import UMT5_XXL, WAN_13B_TRANSFORMER
+
+    def count(module) -> float:
+        return sum(p.numel() for p in module.parameters())
+
+    with torch.device("meta"):
+        transformer = WanTransformer3DModel(**WAN_13B_TRANSFORMER)
+        encoder = UMT5EncoderModel(UMT5Config(vocab_size=256384, **UMT5_XXL))
+        vae = AutoencoderKLWan()
+    assert count(transformer) == pytest.approx(1.42e9, rel=0.01)
+    assert count(encoder) == pytest.approx(5.68e9, rel=0.01)
+    assert count(vae) == pytest.approx(127e6, rel=0.01)
+    block = transformer.blocks[0]
+    assert (block.attn1.to_q.in_features, block.ffn.net[0].proj.out_features) == (1536, 8960)
+
+
+def test_the_gpu_check_says_plainly_that_there_is_no_gpu(tmp_path):
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), str(tmp_path / "out")],
+                          env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "no CUDA device" in (tmp_path / "out" / "torch.txt").read_text()
