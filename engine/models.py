@@ -66,9 +66,9 @@ TINY = ModelInfo(
 TOY_WEIGHTS = Path(__file__).resolve().parent / "toy" / "weights"
 TOY = ModelInfo(
     name="toy",
-    # Its native shape: trained on 9-frame 48x48 clips. 20 steps at guidance 5 is where `reelbatch toy train`
+    # Its native shape: trained on 9-frame 32x32 clips. 20 steps at guidance 5 is where `reelbatch toy train`
     # measures its quality (the model card it writes beside the weights).
-    defaults=ModelDefaults(width=48, height=48, fps=8, duration_s=1.0, steps=20, guidance=5.0),
+    defaults=ModelDefaults(width=32, height=32, fps=8, duration_s=1.0, steps=20, guidance=5.0),
     path=TOY_WEIGHTS,
     # Its VAE compresses time by 2 and space by 4, and its patches are 2x2, so 8 would do; but WanPipeline.check_inputs
     # refuses sides that are not multiples of 16 whatever the VAE.

@@ -32,7 +32,7 @@ def evaluate_toy(settings: Settings, folder: Path) -> ToyResults:
     shape, fps = native_shape(registry, "toy")
     cases = sample_set(SAMPLE_SIZE)
     # References come from exact mode: diffusers' own arithmetic, every lossless-in-intent optimisation off.
-    exact = Engine(dataclasses.replace(settings.engine_config(), batched_guidance=False), registry)
+    exact = Engine(settings.engine_config().exact(), registry)
     save_references(folder / REFERENCES, shape, cases, render_cases(exact, shape, cases, batch=8))
     engine = Engine(settings.engine_config(), registry)
     quality = evaluate(engine, shape, cases, fps=fps, references=folder / REFERENCES)
@@ -93,7 +93,7 @@ Written by `reelbatch toy train` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d}.
 
 - VAE: 4x spatial and 2x temporal compression, 8 latent channels, base width 16 ({results.parameters['vae']:,}
   parameters). Latent statistics of the training set are in its config (`latents_mean`, `latents_std`).
-- Transformer: 4 layers, 4 heads of 32, 2x2 patches, 180 tokens for a 9-frame 48x48 clip
+- Transformer: 4 layers, 4 heads of 32, 2x2 patches, 80 tokens for a 9-frame 32x32 clip
   ({results.parameters['transformer']:,} parameters); the saved weights are an exponential moving average.
 - Text encoder: UMT5 with random weights from the seed below, never trained, over a byte-level tokenizer
   ({results.parameters['text_encoder']:,} parameters); prompts are padded to 64 tokens.
@@ -131,7 +131,7 @@ the set again here and came within a minimum PSNR of {ref.get('psnr_db_min', flo
 ## Limits
 
 - Only the toy grammar: other prompts give some shape of some colour moving somewhere.
-- Trained at 48x48 and 9 frames; other sizes and longer clips are untested (long videos are made in chunks).
+- Trained at 32x32 and 9 frames; other sizes and longer clips are untested (long videos are made in chunks).
 - Shape (circle or square) is the weakest attribute: the two differ only in their corners.
 """
     path.write_text(text, encoding="utf-8")

@@ -31,7 +31,7 @@ _FG_NAMES, _FG_RGB = list(COLOURS), np.array(list(COLOURS.values()), dtype=np.fl
 _CANDIDATE = 60.0
 # Projections onto the background-to-object line below this count as background, above 1 - _RAMP as object.
 _RAMP = 0.25
-# Side of the window kept around the object, as a share of the shorter frame side: the largest shape (45%, see
+# Side of the window kept around the object, as a share of the shorter frame side: the largest shape (47%, see
 # engine.toy.world.SIZE_RANGE) plus room for a pixel of blur on each side, so far-off specks do not count.
 _WINDOW = 0.6
 # Half-way between a disc's pi/4 and a square's 1.0. In trials, rasterised discs of 10-29 px filled 0.78-0.81 of

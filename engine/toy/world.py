@@ -43,11 +43,12 @@ _PROMPT = re.compile(
     rf"on a ({'|'.join(BACKGROUNDS)}) background"
 )
 
-# Shape size as a fraction of the shorter frame side. 30% keeps a shape >= 10 px across at 32x32: below that,
-# yuv420p's 2x2 chroma blocks blur a disc towards a square (in trials its fill ratio rose from 0.81 to 0.87 at
-# 8 px, against 0.83 at 10 px; a square's stays >= 0.93). 45% keeps it under half the frame, so on the torus it
-# never touches itself and its position stays unambiguous.
-SIZE_RANGE = (0.30, 0.45)
+# Shape size as a fraction of the shorter frame side. 40% keeps a shape >= 13 px across at 32x32, about 3.3 cells
+# of the toy VAE's 4x latent grid: with 10 px shapes a trial model could not tell a circle from a square, and below
+# 10 px yuv420p's 2x2 chroma blocks blur a disc towards a square (its fill ratio rose from 0.81 to 0.87 at 8 px;
+# a square's stays >= 0.93). 47% keeps it under half the frame, so on the torus it never touches itself and its
+# position stays unambiguous.
+SIZE_RANGE = (0.40, 0.47)
 # Integer px/frame: at least 1 so the motion is visible in every frame pair, whole pixels so the shape is the
 # same raster in every frame (a pure translation), and at most 3 so a 32-px frame is crossed in no fewer than
 # ~10 frames and the frame-to-frame step stays far below half the frame (needed to read direction on a torus).
@@ -156,7 +157,7 @@ def dataset(n: int, seed: int, *, frames: int, width: int, height: int) -> Itera
 
 
 def _check_frame(width: int, height: int) -> None:
-    # 16 px is the least where the smallest shape (30%) is still 5 px across; the judge is tested from 32 px.
+    # 16 px is the least where the smallest shape (40%) is still 6 px across; the judge is tested from 32 px.
     if width < 16 or height < 16:
         raise ValueError(f"frame must be at least 16x16, got {width}x{height}")
 

@@ -31,8 +31,9 @@ def losses(work: Path, stage: str) -> list[float]:
 def test_losses_fall_in_every_trained_stage(quick_run):
     vae = losses(quick_run / "work", "vae")
     transformer = losses(quick_run / "work", "transformer")
-    assert len(vae) == 4 and len(transformer) == 10
-    assert np.mean(vae[-2:]) < 0.9 * vae[0]
+    assert len(vae) == 8 and len(transformer) == 10
+    # Each logged VAE loss is one batch's, and batches differ (shape sizes, colours), so compare averages.
+    assert np.mean(vae[-3:]) < 0.9 * np.mean(vae[:2])
     assert np.mean(transformer[-3:]) < 0.6 * np.mean(transformer[:2])
 
 
@@ -46,9 +47,9 @@ def test_the_saved_folder_loads_as_a_registered_model_and_renders(quick_run, tmp
     models = tmp_path / "models.yaml"
     models.write_text(f"mine:\n  path: {out}\n  max_sequence_length: 64\n")
     engine = Engine(EngineConfig(cache_dir=tmp_path), load_registry(models))
-    (video,) = engine.render(RenderBatch(Shape("mine", 48, 48, 9, 2, 5.0),
+    (video,) = engine.render(RenderBatch(Shape("mine", 32, 32, 9, 2, 5.0),
                                          (RenderRequest(1, "a red circle moving left on a black background", None, 3),)))
-    assert video.error is None and video.frames.shape == (9, 48, 48, 3)
+    assert video.error is None and video.frames.shape == (9, 32, 32, 3)
 
 
 def test_a_killed_run_resumes_to_the_same_weights(quick_run, tmp_path):

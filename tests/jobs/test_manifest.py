@@ -144,11 +144,13 @@ def test_examples_load():
     yaml_spec = load(os.path.join(EXAMPLES, "demo.yaml"))
     jsonl_spec = load(os.path.join(EXAMPLES, "demo.jsonl"))
     for spec in (yaml_spec, jsonl_spec):
-        assert spec.name == "demo" and spec.model == "tiny" and 3 <= len(spec.videos) <= 4
+        assert spec.name == "demo" and 3 <= len(spec.videos) <= 4
         assert any(v.seed is not None for v in spec.videos)
-        assert any(v.negative_prompt for v in spec.videos)
-        assert all((v.width, v.height, v.frames) == (64, 64, 9) for v in spec.videos)
-    assert all(v.steps == 4 for v in yaml_spec.videos)
+    assert any(v.negative_prompt for v in jsonl_spec.videos)
+    # The YAML demo renders the trained toy model at its native shape; the JSONL one names no model, so `tiny`.
+    assert yaml_spec.model == "toy" and jsonl_spec.model == "tiny"
+    assert all((v.width, v.height, v.frames, v.steps) == (32, 32, 9, 20) for v in yaml_spec.videos)
+    assert all((v.width, v.height, v.frames) == (64, 64, 9) for v in jsonl_spec.videos)
 
 
 # --- Content hash and seeds -----------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ def test_quality_reproduces_the_references_and_gates_on_the_targets(reelbatch):
     proc = reelbatch("quality", "--model", "toy-quick", "--count", "16", "--json")
     report = json.loads(proc.stdout)
     assert report["count"] == 16 and report["model"] == "toy-quick" and report["targets"] == TARGETS
-    assert report["shape"] == {"width": 48, "height": 48, "frames": 9, "steps": 20, "guidance": 5.0, "fps": 8}
+    assert report["shape"] == {"width": 32, "height": 32, "frames": 9, "steps": 20, "guidance": 5.0, "fps": 8}
     assert set(report["adherence"]) == {"colour", "shape", "direction", "background", "all_four"}
     assert all(0.0 <= v <= 1.0 for v in report["adherence"].values())
     # The references were rendered in exact mode (diffusers' loop); the default engine batches guidance and must
@@ -46,7 +46,7 @@ def test_quality_reproduces_the_references_and_gates_on_the_targets(reelbatch):
 
 def test_quality_with_other_settings_says_there_is_nothing_to_compare(reelbatch):
     proc = reelbatch("quality", "--model", "toy-quick", "--count", "16", "--steps", "4")
-    assert "no reference comparison: references are 48x48, 9 frames, 20 steps" in proc.stdout
+    assert "no reference comparison: references are 32x32, 9 frames, 20 steps" in proc.stdout
     assert "colour" in proc.stdout and "MISSED" in proc.stdout and "FAILED" in proc.stdout
 
 
@@ -55,15 +55,16 @@ def test_quality_refuses_an_unknown_model(reelbatch):
     assert proc.returncode == 2 and "'nope' is not registered" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_naming_toy_before_it_is_trained_says_how_to_train_it(reelbatch):
-    from engine.models import builtin_models
+def test_naming_toy_without_its_weights_says_how_to_train_it():
+    """`toy` is registered only while engine/toy/weights holds a model; without it the error says how to make one."""
+    from engine.models import TINY, Registry
+    from jobs.errors import UsageError
+    from jobs.quality import native_shape
 
-    if "toy" in builtin_models():
-        pytest.skip("engine/toy/weights holds a trained toy model, so `toy` is registered")
-    for args in (("quality",), ("toy", "sheet")):
-        proc = reelbatch(*args)
-        assert proc.returncode == 2 and "'toy' is not registered" in proc.stderr, proc.stderr
-        assert "reelbatch toy train --out engine/toy/weights" in proc.stderr
+    with pytest.raises(UsageError) as caught:
+        native_shape(Registry({"tiny": TINY}), "toy")
+    assert "'toy' is not registered" in str(caught.value)
+    assert "reelbatch toy train --out engine/toy/weights" in str(caught.value)
 
 
 def test_the_contact_sheet_refuses_an_empty_prompt(reelbatch, tmp_path):
@@ -84,7 +85,7 @@ def test_the_contact_sheet_shows_each_video_as_decoded(reelbatch, quick_toy, mod
                      *sum((["--prompt", p] for p in prompts), []))
     assert proc.returncode == 0, proc.stderr
     sheet = np.asarray(Image.open(tmp_path / "sheet.png").convert("RGB"))
-    size, frames, label, gap = 48, 9, 14, 2
+    size, frames, label, gap = 32, 9, 14, 2
     assert sheet.shape == (2 * (label + size + gap), frames * (size + gap) - gap, 3)
     engine = Engine(EngineConfig(cache_dir=model_cache), load_registry(quick_toy.models_file))
     shape = Shape("toy-quick", size, size, frames, 20, 5.0)
@@ -94,3 +95,21 @@ def test_the_contact_sheet_shows_each_video_as_decoded(reelbatch, quick_toy, mod
         top = row * (label + size + gap) + label
         tiles = np.stack([sheet[top : top + size, t * (size + gap) : t * (size + gap) + size] for t in range(frames)])
         assert np.array_equal(tiles, expected), f"row {row} is not the decoded MP4 of {prompt!r}"
+
+
+def test_the_shipped_toy_model_meets_the_targets_less_ten_points(tmp_path, model_cache):
+    """The committed `toy` weights on 16 videos of the sample set (every attribute value), judged after MP4."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
+           "REELBATCH_CACHE_DIR": str(model_cache)}
+    proc = subprocess.run([sys.executable, "-m", "jobs", "quality", "--model", "toy", "--count", "16", "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    report = json.loads(proc.stdout)
+    assert report["count"] == 16 and report["shape"]["width"] == 32
+    met = {name: target for name, target in TARGETS.items() if name != "shape"}
+    for name, target in met.items():
+        assert report["adherence"][name] >= target - 0.10, (name, report["adherence"])
+    # Shape misses its target (80%, so 70% here): 69% on these 16, 64% on all 80 (the model card). Issue 4 stays
+    # open on it; this guards the level reached against regressions.
+    assert report["adherence"]["shape"] >= 0.6, report["adherence"]
+    # The engine's default (guidance batched) reproduces the exact-mode references shipped with the weights.
+    assert report["reference"]["matches"] and report["reference"]["psnr_db_min"] >= 40.0, report["reference"]
