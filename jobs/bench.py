@@ -219,15 +219,19 @@ class _StageTimer:
         return wrapper
 
 
-def run_baseline(path: Path, preset: Preset, cases: list[tuple[str, int]], out: Path, device: torch.device,
-                 dtype: torch.dtype, on_video: Callable[[], None] | None = None
-                 ) -> tuple[Side, dict[int, tuple[np.ndarray, bytes]]]:
+def load_baseline(path: Path, device: torch.device, dtype: torch.dtype):
+    """The pipeline as the diffusers docs load Wan: the VAE in fp32, the rest in the working dtype."""
     from diffusers import AutoencoderKLWan, WanPipeline
 
-    # As the diffusers docs load Wan: the VAE in fp32, the rest in the working dtype.
     vae = AutoencoderKLWan.from_pretrained(path, subfolder="vae", torch_dtype=torch.float32)
     pipe = WanPipeline.from_pretrained(path, vae=vae, torch_dtype=dtype).to(device)
     pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def run_baseline(pipe, preset: Preset, cases: list[tuple[str, int]], out: Path, device: torch.device,
+                 dtype: torch.dtype, on_video: Callable[[], None] | None = None
+                 ) -> tuple[Side, dict[int, tuple[np.ndarray, bytes]]]:
     store = open_store(out.as_uri() + "/")
 
     def one(prompt: str, seed: int) -> np.ndarray:
@@ -263,7 +267,6 @@ def run_baseline(path: Path, preset: Preset, cases: list[tuple[str, int]], out: 
     # Everything else inside the pipeline call is the denoising loop and its setup.
     side.stages["denoise"] = pipeline_s - timer.seconds["text"] - timer.seconds["decode"]
     side.stages["other"] = 0.0
-    del pipe
     return side, videos
 
 
@@ -369,13 +372,12 @@ def run_bench(preset: Preset, settings: Settings, *, videos: int | None = None,
     with tempfile.TemporaryDirectory(prefix="reelbatch-bench-") as tmp:
         work = Path(tmp)
         peak = measure_peak_gflops(device, dtype)
-        baseline, base_videos = run_baseline(info.path, preset, cases, work / "baseline", device, dtype, on_video)
+        pipe = load_baseline(info.path, device, dtype)
+        gflop = denoise_gflop(pipe, preset, device)  # before the timer wraps the pipeline's stages
+        baseline, base_videos = run_baseline(pipe, preset, cases, work / "baseline", device, dtype, on_video)
+        del pipe
         engine_settings = _engine_settings(settings, work, preset)
         engine, engine_videos = run_engine(info, preset, cases, work, engine_settings, on_video)
-        from diffusers import WanPipeline
-
-        pipe = WanPipeline.from_pretrained(info.path, torch_dtype=dtype).to(device)
-        gflop = denoise_gflop(pipe, preset, device)
     # Per video, its worst frame: the raw frames each side encoded, and the MP4s as a viewer decodes them (x264
     # amplifies a one-step difference in a few pixels into a different macroblock decision, so this is lower).
     psnr_db = [float(psnr_frames(base_videos[i][0], engine_videos[i][0]).min()) for i in range(len(cases))]
@@ -410,7 +412,8 @@ def _cold_cache(cache_dir: Path, work: Path) -> Path:
     """A cache folder with the built models (linked) but no text embeddings, so the engine starts cold."""
     cold = work / "cache"
     (cold / "models").mkdir(parents=True)
-    for model in (Path(cache_dir) / "models").iterdir():
+    built = Path(cache_dir) / "models"
+    for model in built.iterdir() if built.is_dir() else ():  # none yet in a fresh cache
         (cold / "models" / model.name).symlink_to(model)
     return cold
 
