@@ -27,7 +27,8 @@ def make_engine(url: str) -> Engine:
         # hold its row locks for ever, and SKIP LOCKED would hide its expired lease from every reaper: the server
         # ends such a session after this long, releasing the locks.
         return create_engine(url, pool_pre_ping=True, connect_args={
-            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"})
+            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
+            "cursor_factory": _unpipelined_cursor()})
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
@@ -48,6 +49,24 @@ def make_engine(url: str) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def _unpipelined_cursor():
+    """A psycopg cursor whose executemany sends one statement at a time, each ending in a Sync.
+
+    psycopg runs executemany in pipeline mode: Bind/Execute for each row, one Sync at the end. A client frozen between
+    those (the ORM flushes a claimed batch's rows with executemany) leaves its server session "active", reading from
+    the client, not "idle in transaction", so the timeout above never ends it and its row locks stay for ever
+    (tests/jobs/test_db.py shows it). Statement by statement, every pause inside a transaction is idle.
+    """
+    import psycopg
+
+    class UnpipelinedCursor(psycopg.Cursor):
+        def executemany(self, query, params_seq, *, returning: bool = False) -> None:
+            with self._conn.lock:
+                self._conn.wait(self._executemany_gen_no_pipeline(query, params_seq, returning))
+
+    return UnpipelinedCursor
 
 
 def alembic_config(url: str):

@@ -163,7 +163,8 @@ def stop_a_holder(farm: Farm, workers: Workers):
 
 def wait_done(farm: Farm, workers: Workers, timeout: float = RUN_TIMEOUT_S) -> None:
     wait_for("every video to finish", farm.done, timeout,
-             diagnose=lambda: f"counts {farm.counts()}\nunits {farm.units()}\n{workers.tails()}")
+             diagnose=lambda: f"counts {farm.counts()}\nunits {farm.units()}\nsessions {_activity(farm)}\n"
+             + workers.tails())
 
 
 def check_exactly_once(farm: Farm) -> dict:

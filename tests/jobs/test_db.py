@@ -1,6 +1,7 @@
 """Rows, migrations, submission and claims against SQLite and a real PostgreSQL."""
 
 import threading
+import time
 
 import pytest
 from sqlalchemy import func, inspect, select
@@ -33,6 +34,59 @@ def test_sqlite_default_upgrades_itself_on_first_use(tmp_path):
 def test_postgres_must_be_upgraded_by_the_operator(postgres_url):
     with pytest.raises(SchemaOutOfDate, match="reelbatch db upgrade"):
         session_factory(postgres_url)
+
+
+def test_a_client_paused_inside_executemany_cannot_hold_row_locks(postgres_url, monkeypatch):
+    """A worker frozen halfway through an ORM flush (executemany) must not keep its row locks past the server's
+    idle-in-transaction timeout. psycopg's default executemany pipelines its statements under one Sync, and a client
+    paused between them leaves the session "active": no timeout ends it and SKIP LOCKED hides the rows for ever (the
+    cause of a CI failure in tests/e2e/test_faults.py)."""
+    from sqlalchemy import text
+
+    monkeypatch.setattr("jobs.db.IDLE_IN_TRANSACTION_MS", 1000)
+    engine = make_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (id int PRIMARY KEY, v int)"))
+        conn.execute(text("INSERT INTO t SELECT g, 0 FROM generate_series(1, 4) g"))
+    resume = threading.Event()
+
+    def rows():  # the client pauses after its first statement, holding every row it locked
+        yield {"id": 1}
+        resume.wait(30)
+        yield {"id": 2}
+
+    errors = []
+
+    def frozen_client():
+        raw = engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            cur.execute("SELECT id FROM t WHERE id IN (1, 2) FOR UPDATE")
+            cur.executemany("UPDATE t SET v = v + 1 WHERE id = %(id)s", rows())
+            raw.commit()
+        except Exception as exc:  # noqa: BLE001 - the server ending the session is the expected outcome
+            errors.append(exc)
+        finally:
+            raw.invalidate() if errors else raw.close()
+
+    client = threading.Thread(target=frozen_client)
+    client.start()
+    try:
+        other = make_engine(postgres_url)
+        deadline = time.monotonic() + 15
+        free: list[int] = []
+        while time.monotonic() < deadline and free != [1, 2, 3, 4]:
+            time.sleep(0.25)
+            with other.begin() as conn:
+                free = list(conn.scalars(text("SELECT id FROM t ORDER BY id FOR UPDATE SKIP LOCKED")))
+        assert free == [1, 2, 3, 4], f"rows still locked by the paused client after 15 s; free: {free}"
+    finally:
+        resume.set()
+        client.join(30)
+    assert errors, "the paused client's transaction should have been ended by the server"
+    with other.connect() as conn:
+        assert list(conn.execute(text("SELECT v FROM t ORDER BY id"))) == [(0,), (0,), (0,), (0,)]
+    other.dispose(), engine.dispose()
 
 
 def test_submit_records_run_videos_and_units(factory, registry, tmp_path):
