@@ -8,6 +8,10 @@ from pathlib import Path
 import torch
 
 
+# Each lossy accelerator's accepted values: (low, high, low end excluded).
+LOSSY_RANGES = {"step_cache": (0.0, 1.0, False), "guidance_fraction": (0.0, 1.0, True), "step_scale": (0.0, 1.0, True)}
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     # Where built-in models (and, later, compile caches) live.
@@ -19,6 +23,9 @@ class EngineConfig:
     # Text embeddings kept in memory and under cache_dir/text-embeddings/, keyed by model, dtype, length and text.
     # Exact: a cached embedding is the one the text encoder returned.
     text_cache: bool = True
+    # With the text cache on and an accelerator, the text encoder (UMT5-XXL is 11 GB in bf16) waits in CPU memory and
+    # visits the device only to encode texts the cache has not seen; a warm cache never moves it. Exact.
+    offload_text_encoder: bool = True
     # Classifier-free guidance's conditional and unconditional passes in one batched transformer call per step
     # (engine.denoise). Off: diffusers' own loop, two calls per step. Not bit-exact: matmuls of another batch size
     # may round differently, so the quality gate measures it against references rendered with it off.
@@ -30,10 +37,70 @@ class EngineConfig:
     # shape per process, cached under cache_dir/inductor (TORCHINDUCTOR_CACHE_DIR) so a restarted worker reuses
     # it. Off by default: on a CPU each new shape costs 15-25 s of compiling, and it is not yet measured on a GPU.
     compile: bool = False
+    # The transformer's attention kernel, by diffusers' attention-backend name: "native" is torch's SDPA (which picks
+    # flash or memory-efficient kernels itself on a GPU); "flash", "_flash_3" or "sage" use those packages where
+    # installed. Same math, other rounding.
+    attention: str = "native"
+    # Lossy accelerators: off by default, and used only for a model on which a recorded quality gate passed
+    # (engine.gates; `reelbatch bench --quality` measures and records them).
+    # First-block cache threshold (diffusers' FirstBlockCache): a step whose first block's residual changed by less
+    # than this (relative mean) reuses the other blocks' residual from the step before. 0: off.
+    step_cache: float = 0.0
+    # Classifier-free guidance on this fraction of the steps (the first ones); the rest run the conditional pass
+    # only. 1: every step.
+    guidance_fraction: float = 1.0
+    # Render this fraction of each video's requested steps (at least one). 1: all of them.
+    step_scale: float = 1.0
 
     def exact(self) -> EngineConfig:
         """This config with every switch that changes output bits off: what a plain diffusers call computes."""
-        return replace(self, batched_guidance=False, fast_vae_norm=False, compile=False)
+        return replace(self.lossless(), batched_guidance=False, fast_vae_norm=False, compile=False, attention="native")
+
+    def lossless(self) -> EngineConfig:
+        """This config with the lossy accelerators off: the exact mode a gate measures them against."""
+        return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0)
+
+    def lossy(self) -> str:
+        """The lossy accelerators this config turns on, as a stable key ("" when none): what a gate is recorded
+        for."""
+        parts = []
+        if self.step_cache:
+            parts.append(f"step_cache={self.step_cache:g}")
+        if self.guidance_fraction != 1.0:
+            parts.append(f"guidance_fraction={self.guidance_fraction:g}")
+        if self.step_scale != 1.0:
+            parts.append(f"step_scale={self.step_scale:g}")
+        return ",".join(parts)
+
+    def with_lossy(self, setting: str) -> EngineConfig:
+        """This config with the lossy accelerators named in `setting` ("step_cache=0.2,step_scale=0.75"); others off.
+        ValueError names the part that is wrong."""
+        values: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in setting.split(","))):
+            name, sep, raw = part.partition("=")
+            name = name.strip()
+            if not sep or name not in LOSSY_RANGES:
+                raise ValueError(f"{part!r}: expected NAME=VALUE with NAME one of {', '.join(LOSSY_RANGES)}")
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError(f"{part!r}: {raw.strip()!r} is not a number") from None
+            low, high, low_open = LOSSY_RANGES[name]
+            if not (low < value if low_open else low <= value) or value > high:
+                raise ValueError(f"{part!r}: {name} must be in {'(' if low_open else '['}{low:g}, {high:g}]")
+            values[name] = value
+        return replace(self.lossless(), **values)
+
+    def steps_for(self, steps: int) -> int:
+        """Denoising steps actually run for a video that asked for `steps`."""
+        return steps if self.step_scale == 1.0 else max(1, round(steps * self.step_scale))
+
+    def guided_steps(self, steps: int) -> int | None:
+        """How many of `steps` get classifier-free guidance; None for all of them."""
+        return None if self.guidance_fraction >= 1.0 else max(1, round(steps * self.guidance_fraction))
+
+    def offloads_text_encoder(self) -> bool:
+        return self.offload_text_encoder and self.text_cache and self.torch_device().type != "cpu"
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

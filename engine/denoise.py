@@ -6,6 +6,13 @@ for small clips, where each call is too small to fill the device. With `batched_
 loop op for op (bit-identical output, tested); batched, matmuls of another batch size may round differently in the
 last bit, which the quality gate measures (PSNR against the reference renders).
 
+Lossy accelerators (off by default, and accepted by a run only behind a recorded quality gate, jobs.gates):
+`guidance_steps` runs classifier-free guidance on the first steps only, where layout and colour are decided (the
+rest take the conditional pass alone: half their transformer work), after "Applying guidance in a limited interval"
+(Kynkaanniemi et al., 2024); the first-block cache (`Engine` turns on diffusers' FirstBlockCache) skips the
+remaining blocks of a step whose first block changed little. Its decision is taken for the whole batch, so with it
+on a video's frames may depend on its batch-mates; the gate measures it at the batch size workers use.
+
 Wan 2.2's two-expert pipelines (`boundary_ratio`) and `expand_timesteps` are not handled here: the engine gives those
 to the pipeline's own loop.
 """
@@ -27,8 +34,10 @@ def supports(pipe) -> bool:
 
 def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.Tensor | None, height: int,
             width: int, frames: int, steps: int, guidance: float, generators: list[torch.Generator],
-            batched_guidance: bool = True, should_stop: Callable[[], str | None] | None = None) -> torch.Tensor:
-    """Latents for a batch, as `pipe(..., output_type="latent")` returns them."""
+            batched_guidance: bool = True, guidance_steps: int | None = None,
+            should_stop: Callable[[], str | None] | None = None) -> torch.Tensor:
+    """Latents for a batch, as `pipe(..., output_type="latent")` returns them. `guidance_steps`: guide only the
+    first this many steps (None: all of them)."""
     device = pipe._execution_device
     transformer = pipe.transformer
     dtype = transformer.dtype
@@ -47,20 +56,30 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     pipe.scheduler.set_begin_index(0)
     context = torch.cat([cond, uncond]) if guided and batched_guidance else None
 
-    # 6. Denoising loop
-    for t in timesteps:
-        x = latents.to(dtype)
-        if context is not None:
-            both = transformer(hidden_states=torch.cat([x, x]), timestep=t.expand(2 * batch),
+    # A step cache (diffusers' hooks) keeps state per named call: one per kind of call, reset for each batch.
+    cached = getattr(transformer, "is_cache_enabled", False)
+    if cached:
+        transformer._reset_stateful_cache()
+
+    def forward(name: str, hidden: torch.Tensor, context: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        if not cached:
+            return transformer(hidden_states=hidden, timestep=t.expand(hidden.shape[0]),
                                encoder_hidden_states=context, return_dict=False)[0]
-            noise_pred, noise_uncond = both.chunk(2)
+        with transformer.cache_context(name):
+            return transformer(hidden_states=hidden, timestep=t.expand(hidden.shape[0]),
+                               encoder_hidden_states=context, return_dict=False)[0]
+
+    # 6. Denoising loop
+    for i, t in enumerate(timesteps):
+        x = latents.to(dtype)
+        guide = guided and (guidance_steps is None or i < guidance_steps)
+        if guide and context is not None:
+            noise_pred, noise_uncond = forward("both", torch.cat([x, x]), context, t).chunk(2)
         else:
-            noise_pred = transformer(hidden_states=x, timestep=t.expand(batch), encoder_hidden_states=cond,
-                                     return_dict=False)[0]
-            if guided:
-                noise_uncond = transformer(hidden_states=x, timestep=t.expand(batch), encoder_hidden_states=uncond,
-                                           return_dict=False)[0]
-        if guided:
+            noise_pred = forward("cond", x, cond, t)
+            if guide:
+                noise_uncond = forward("uncond", x, uncond, t)
+        if guide:
             noise_pred = noise_uncond + guidance * (noise_pred - noise_uncond)
         latents = pipe.scheduler.step(noise_pred, t, latents, return_dict=False)[0]
         if should_stop is not None and (reason := should_stop()):

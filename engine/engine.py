@@ -11,12 +11,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine import denoise
+from engine import denoise, gates
 from engine.config import EngineConfig
 from engine.fast_ops import use_fast_vae_norm
 from engine.errors import ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
 from engine.models import ModelInfo, Registry
-from engine.text_cache import TextEmbeddingCache, model_identity
+from engine.text_cache import ALL_PARTS, TextEmbeddingCache, model_identity
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderedVideo
 
@@ -32,6 +32,16 @@ class Engine:
         # Shape key -> the largest batch that fitted in device memory, learnt from out-of-memory errors.
         self.max_batch: dict[str, int] = {}
         self.text_cache = TextEmbeddingCache(config.cache_dir / "text-embeddings") if config.text_cache else None
+        # Models this engine may render with its lossy accelerators: their recorded gate passed (or, in
+        # `reelbatch bench --quality`, they are being measured).
+        self.gate_checked: set[str] = set()
+
+    def check_gate(self, name: str) -> None:
+        """Refuse (engine.gates.UngatedSetting) the lossy accelerators on a model whose recorded gate did not pass."""
+        if self.config.lossy() and name not in self.gate_checked:
+            path = self.model_path(self.registry.get(name))
+            gates.require(self.config.cache_dir, name, model_identity(path, ALL_PARTS), self.config.lossy())
+            self.gate_checked.add(name)
 
     def model_path(self, info: ModelInfo):
         if info.builtin:
@@ -51,19 +61,31 @@ class Engine:
             transformers.utils.logging.disable_progress_bar()
 
             info = self.registry.get(name)
+            self.check_gate(name)
             device, dtype = self.config.torch_device(), self.config.torch_dtype()
             log.info("loading model %s from %s on %s (%s)", name, self.model_path(info), device, dtype)
             # Wan's VAE is numerically sensitive: keep it in fp32 whatever the transformer runs in.
             pipe = WanPipeline.from_pretrained(self.model_path(info), dtype={"default": dtype, "vae": torch.float32},
                                                use_safetensors=True)
             pipe.to(device)
+            if self.config.offloads_text_encoder():
+                pipe.text_encoder.to("cpu")  # to the device only to encode what the cache lacks (_embeddings)
             pipe.set_progress_bar_config(disable=True)
             if self.config.fast_vae_norm:
                 use_fast_vae_norm(pipe.vae)
+            if self.config.attention != "native":
+                try:
+                    pipe.transformer.set_attention_backend(self.config.attention)
+                except (ValueError, RuntimeError, ImportError) as exc:
+                    raise RenderError(f"attention backend {self.config.attention!r} cannot run here: {exc}") from None
             if self.config.compile:
                 # Set before the first compile; an operator's own TORCHINDUCTOR_CACHE_DIR wins.
                 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(self.config.cache_dir) / "inductor"))
                 pipe.transformer.compile_repeated_blocks(dynamic=False)
+            if self.config.step_cache:
+                from diffusers.hooks import FirstBlockCacheConfig
+
+                pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=self.config.step_cache))
             self._pipelines[name] = pipe
         return self._pipelines[name]
 
@@ -103,13 +125,19 @@ class Engine:
         with torch.inference_mode():
             embeds, negative = self._embeddings(shape, info, pipe, requests)
             clock.lap("text")
-            # 1. Denoise to latents: the engine's loop (guidance batched), or diffusers' stopped before decoding.
-            if self.config.batched_guidance and denoise.supports(pipe):
+            # 1. Denoise to latents: the engine's loop (guidance batched, lossy accelerators), or diffusers' stopped
+            # before decoding.
+            config = self.config
+            if (config.batched_guidance or config.lossy()) and denoise.supports(pipe):
+                steps = config.steps_for(shape.steps)
                 latents = denoise.denoise(
                     pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=shape.height,
-                    width=shape.width, frames=shape.frames, steps=shape.steps, guidance=shape.guidance,
-                    generators=generators, should_stop=should_stop,
+                    width=shape.width, frames=shape.frames, steps=steps, guidance=shape.guidance,
+                    generators=generators, batched_guidance=config.batched_guidance,
+                    guidance_steps=config.guided_steps(steps), should_stop=should_stop,
                 )
+            elif config.lossy():
+                raise RenderError(f"{shape.model}: lossy settings ({config.lossy()}) need a one-transformer Wan model")
             else:
                 latents = pipe(
                     prompt_embeds=embeds,
@@ -141,8 +169,15 @@ class Engine:
         device = self.config.torch_device()
 
         def encode(texts: list[str]) -> torch.Tensor:
-            return pipe.encode_prompt(texts, do_classifier_free_guidance=False,
-                                      max_sequence_length=info.max_sequence_length, device=device)[0]
+            if not self.config.offloads_text_encoder():
+                return pipe.encode_prompt(texts, do_classifier_free_guidance=False,
+                                          max_sequence_length=info.max_sequence_length, device=device)[0]
+            pipe.text_encoder.to(device)
+            try:
+                return pipe.encode_prompt(texts, do_classifier_free_guidance=False,
+                                          max_sequence_length=info.max_sequence_length, device=device)[0]
+            finally:
+                pipe.text_encoder.to("cpu")
 
         def lookup(texts: list[str]) -> torch.Tensor:
             if self.text_cache is None:

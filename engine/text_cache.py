@@ -20,11 +20,19 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
-def model_identity(folder: Path) -> str:
-    """A digest of everything that decides what the text encoder returns: its files' names, sizes and mtimes (weights
-    are not read, so this is cheap even for a 10 GB encoder) and its config and tokenizer files' contents."""
+TEXT_PARTS = ("text_encoder", "tokenizer")
+ALL_PARTS = ("model_index.json", "scheduler", "text_encoder", "tokenizer", "transformer", "transformer_2", "vae")
+
+
+def model_identity(folder: Path, parts: tuple[str, ...] = TEXT_PARTS) -> str:
+    """A digest of everything that decides what `parts` of a model compute (by default, what the text encoder
+    returns): their files' names, sizes and mtimes (weights are not read, so this is cheap even for a 10 GB encoder)
+    and their config and tokenizer files' contents."""
     digest = hashlib.sha256()
-    for part in ("text_encoder", "tokenizer"):
+    for part in parts:
+        if (folder / part).is_file():
+            digest.update(f"{part}\0".encode() + (folder / part).read_bytes())
+            continue
         for path in sorted((folder / part).rglob("*")) if (folder / part).is_dir() else []:
             if not path.is_file():
                 continue

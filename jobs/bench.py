@@ -285,14 +285,8 @@ def run_engine(info: ModelInfo, preset: Preset, cases: list[tuple[str, int]], wo
     engine = Engine(settings.engine_config(), registry)
     upgrade(settings.database_url)
     factory = session_factory(settings.database_url)
-    manifest = work / "bench.yaml"
-    manifest.write_text(yaml.safe_dump({
-        "name": "bench", "model": info.name, "output": settings.output,
-        "defaults": {"resolution": f"{preset.width}x{preset.height}", "fps": preset.fps,
-                     "duration_s": preset.frames / preset.fps, "steps": preset.steps, "guidance": preset.guidance},
-        "videos": [{"id": f"v{i}", "prompt": p, "seed": s} for i, (p, s) in enumerate(cases)],
-    }, sort_keys=False))
-    spec = load_manifest(manifest, registry=registry)
+    spec = load_manifest(write_manifest(work / "bench.yaml", "bench", info, preset, cases, settings.output),
+                         registry=registry)
     shape = Shape(info.name, preset.width, preset.height, preset.frames, preset.steps, preset.guidance)
     # Warm-up, as the baseline's: one video of the same shape, not stored and not timed.
     engine.render(RenderBatch(shape, (RenderRequest(-1, cases[0][0] + " (warm-up)", None, cases[0][1] + 10**6),)))
@@ -337,6 +331,18 @@ def run_engine(info: ModelInfo, preset: Preset, cases: list[tuple[str, int]], wo
         videos = {int(r.key[1:]): (frames[r.id], store.get(f"bench/{r.key}.mp4")) for r in rows}
     side.stages["other"] = max(0.0, side.wall_s - sum(side.stages.values()))
     return side, videos
+
+
+def write_manifest(path: Path, name: str, info: ModelInfo, preset: Preset, cases: list[tuple[str, int]],
+                   output: str) -> Path:
+    """A manifest of `cases` (prompt, seed) at the preset's shape, as a user would write it."""
+    path.write_text(yaml.safe_dump({
+        "name": name, "model": info.name, "output": output,
+        "defaults": {"resolution": f"{preset.width}x{preset.height}", "fps": preset.fps,
+                     "duration_s": preset.frames / preset.fps, "steps": preset.steps, "guidance": preset.guidance},
+        "videos": [{"id": f"v{i}", "prompt": p, "seed": s} for i, (p, s) in enumerate(cases)],
+    }, sort_keys=False))
+    return path
 
 
 # ---- both -------------------------------------------------------------------------------------------------------

@@ -38,11 +38,14 @@ NewRunOpt = Annotated[bool, typer.Option("--new-run", help="Always make a new ru
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
 
 
-def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_run) -> queries.Submitted:
+def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_run,
+            check_gate: bool = False) -> queries.Submitted:
     from jobs.manifest import load_manifest
 
     spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
                          sets=sets or (), allowed_outputs=settings.allowed_outputs)
+    if check_gate and settings.engine_config().lossy():
+        _check_gate(settings, spec.model)
     factory = session_factory(settings.database_url)
     submitted = queries.submit_run(factory, spec, output=absolute_output(spec.output or settings.output),
                                    new_run=new_run)
@@ -52,6 +55,17 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_r
 
         send_tickets(submitted.pending_units)
     return submitted
+
+
+def _check_gate(settings: Settings, model: str) -> None:
+    """The embedded worker renders with this process's settings: refuse an ungated lossy one before writing."""
+    from engine.engine import Engine
+    from engine.gates import UngatedSetting
+
+    try:
+        Engine(settings.engine_config(), settings.registry()).check_gate(model)
+    except UngatedSetting as exc:
+        raise UsageError(f"REELBATCH_STEP_CACHE / REELBATCH_GUIDANCE_FRACTION / REELBATCH_STEP_SCALE: {exc}") from None
 
 
 @app.command()
@@ -77,7 +91,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     """Submit a manifest, render it with an embedded worker, and print the report."""
     try:
         settings = Settings.from_env()
-        s = _submit(settings, manifest, name, model, output, set_, new_run)
+        s = _submit(settings, manifest, name, model, output, set_, new_run, check_gate=True)
         factory = session_factory(settings.database_url)
         if s.pending_units:
             _render_with_embedded_worker(factory, s)

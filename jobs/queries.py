@@ -186,3 +186,14 @@ def resume_run(factory: Factory, run: str) -> tuple[str, int]:
             unit.attempts = video.attempts = 0
             unit.not_before, unit.solo, video.finished_at = None, False, None
         return row.name, len(units)
+
+
+def waiting_shapes(factory: Factory, limit: int = 4) -> list[tuple[Shape, int]]:
+    """The shapes of pending work, with how many units wait in each, the most first."""
+    count = func.count(WorkUnit.id)
+    columns = (Run.model, Video.width, Video.height, Video.frames, Video.steps, Video.guidance)
+    with factory() as s:
+        rows = s.execute(select(*columns, count).join(Video, WorkUnit.video_id == Video.id)
+                         .join(Run, Video.run_id == Run.id).where(WorkUnit.status == Status.PENDING)
+                         .group_by(*columns).order_by(count.desc()).limit(limit)).all()
+    return [(Shape(*row[:6]), row[6]) for row in rows]

@@ -16,12 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
-from engine.types import RenderBatch, Shape
+from engine.types import RenderBatch, RenderRequest, Shape
 from jobs import leases
 from jobs.leases import Claim, ClaimedUnit, Rate, VideoOutput
 from jobs.settings import Settings
@@ -91,6 +91,25 @@ def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
 
 def backoff(settings: Settings, attempts: int) -> float:
     return min(settings.retry_backoff_s * 2 ** max(attempts - 1, 0), 600.0)
+
+
+def warm_up(settings: Settings, engine: Engine, factory, shapes: int = 4) -> list[str]:
+    """Compile ahead: for each of the `shapes` shapes with the most work waiting, one denoising step of a batch the
+    size the worker will claim, so its first real batch runs compiled code (a compile costs 15-25 s per shape on a
+    CPU, more for a large model). Returns the shape keys warmed."""
+    from jobs.queries import waiting_shapes
+
+    warmed = []
+    for shape, waiting in waiting_shapes(factory, shapes):
+        size = min(settings.max_batch, waiting)
+        requests = tuple(RenderRequest(-1 - i, "warm-up", None, i) for i in range(size))
+        try:
+            engine.render(RenderBatch(replace(shape, steps=1), requests))
+        except Exception as exc:  # noqa: BLE001 - a shape that cannot render fails its own videos, not the worker
+            log.warning("warm-up of %s failed: %s", shape.key(), exc)
+            continue
+        warmed.append(shape.key())
+    return warmed
 
 
 def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Finisher | None = None) -> BatchResult:

@@ -45,9 +45,15 @@ class Settings:
     device: str = "auto"
     # Engine switches (engine.config.EngineConfig): each optimisation can be turned off to compare.
     text_cache: bool = True
+    offload_text_encoder: bool = True
     batched_guidance: bool = True
     fast_vae_norm: bool = True
     compile: bool = False
+    attention: str = "native"
+    # Lossy accelerators (EngineConfig), each usable only behind a passing quality gate (engine.gates).
+    step_cache: float = 0.0
+    guidance_fraction: float = 1.0
+    step_scale: float = 1.0
     # Encode, store and record batch k on a background thread while batch k+1 renders (jobs.render.Finisher).
     overlap: bool = True
 
@@ -71,10 +77,15 @@ class Settings:
             max_batch=int(_number(env, "REELBATCH_MAX_BATCH", 4)),
             device=env.get("REELBATCH_DEVICE") or "auto",
             text_cache=_switch(env, "REELBATCH_TEXT_CACHE", True),
+            offload_text_encoder=_switch(env, "REELBATCH_OFFLOAD_TEXT_ENCODER", True),
             batched_guidance=_switch(env, "REELBATCH_BATCHED_GUIDANCE", True),
             fast_vae_norm=_switch(env, "REELBATCH_FAST_VAE_NORM", True),
             overlap=_switch(env, "REELBATCH_OVERLAP", True),
             compile=_switch(env, "REELBATCH_COMPILE", False),
+            attention=_attention(env.get("REELBATCH_ATTENTION") or "native"),
+            step_cache=_fraction(env, "REELBATCH_STEP_CACHE", 0.0, zero_ok=True),
+            guidance_fraction=_fraction(env, "REELBATCH_GUIDANCE_FRACTION", 1.0),
+            step_scale=_fraction(env, "REELBATCH_STEP_SCALE", 1.0),
             lease_s=_number(env, "REELBATCH_LEASE_S", 120.0),
             max_attempts=int(_number(env, "REELBATCH_MAX_ATTEMPTS", 3)),
             retry_backoff_s=_number(env, "REELBATCH_RETRY_BACKOFF_S", 10.0),
@@ -87,8 +98,10 @@ class Settings:
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(cache_dir=self.cache_dir, device=self.device, text_cache=self.text_cache,
+                            offload_text_encoder=self.offload_text_encoder,
                             batched_guidance=self.batched_guidance, fast_vae_norm=self.fast_vae_norm,
-                            compile=self.compile)
+                            compile=self.compile, attention=self.attention, step_cache=self.step_cache,
+                            guidance_fraction=self.guidance_fraction, step_scale=self.step_scale)
 
     def registry(self):
         from engine.errors import ModelNotFound
@@ -112,6 +125,32 @@ def _number(env: dict[str, str], name: str, default: float) -> float:
         raise UsageError(f"environment variable {name}: expected a number, got {raw!r}") from None
     if not value > 0 or value == float("inf"):
         raise UsageError(f"environment variable {name}: must be a positive finite number, got {raw!r}")
+    return value
+
+
+def _attention(name: str) -> str:
+    """A diffusers attention-backend name (checked against diffusers only when it is not the default)."""
+    if name == "native":
+        return name
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    names = [b.value for b in AttentionBackendName]
+    if name not in names:
+        raise UsageError(f"environment variable REELBATCH_ATTENTION: {name!r} is not a diffusers attention backend "
+                         f"(one of: {', '.join(names)})")
+    return name
+
+
+def _fraction(env: dict[str, str], name: str, default: float, zero_ok: bool = False) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"environment variable {name}: expected a number, got {raw!r}") from None
+    if not (0 <= value <= 1 if zero_ok else 0 < value <= 1):
+        raise UsageError(f"environment variable {name}: must be in {'[0' if zero_ok else '(0'}, 1], got {raw!r}")
     return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from datetime import datetime, timezone
@@ -14,9 +15,11 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from engine.engine import Engine
 from jobs import leases
 from jobs.db import session_factory
-from jobs.render import Finisher, render_next_batch
+from jobs.render import Finisher, render_next_batch, warm_up
 from jobs.settings import Settings
 from jobs.sweeper import Sweeper
+
+log = logging.getLogger(__name__)
 
 # Set while this process renders, so its sweeper knows whether it is idle.
 _busy = threading.Event()
@@ -52,12 +55,24 @@ def render_next() -> dict:
     factory = session_factory(settings.database_url)
     _busy.set()
     try:
+        _compile_ahead(settings, engine, factory)
         result = render_next_batch(settings, engine, factory, _finisher() if settings.overlap else None)
     finally:
         _busy.clear()
     if result.claimed and leases.claimable(factory):
         send_tickets(1, app=render_next.app)
     return result.__dict__
+
+
+_warmed = threading.Event()
+
+
+def _compile_ahead(settings: Settings, engine: Engine, factory) -> None:
+    """With compile on, a worker's first ticket compiles the shapes waiting in the queue before it claims (a claim's
+    lease would otherwise tick through the compile)."""
+    if settings.compile and not _warmed.is_set():
+        _warmed.set()
+        log.info("compiled ahead for %s", warm_up(settings, engine, factory) or "no waiting shapes")
 
 
 def send_tickets(count: int, app: Celery | None = None) -> None:

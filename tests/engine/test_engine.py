@@ -164,3 +164,16 @@ def test_compiled_blocks_render_what_eager_ones_do_and_cache_their_code(tmp_path
         assert diff.max() <= 2 and diff.mean() < 0.05, (diff.max(), diff.mean())
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache / "inductor")
     assert any((cache / "inductor").rglob("*.py")), "inductor wrote its generated code to the cache folder"
+
+
+def test_an_attention_backend_is_chosen_by_name(model_cache):
+    """torch's math kernel by name renders what SDPA's default does, to float rounding; an unusable one is refused."""
+    requests = (RenderRequest(1, "a red circle", None, 5),)
+    native = Engine(EngineConfig(cache_dir=model_cache), Registry()).render(RenderBatch(SHAPE, requests))
+    math = Engine(EngineConfig(cache_dir=model_cache, attention="_native_math"), Registry())
+    (video,) = math.render(RenderBatch(SHAPE, requests))
+    diff = np.abs(video.frames.astype(int) - native[0].frames.astype(int))
+    assert diff.max() <= 2 and diff.mean() < 0.05
+    flash = Engine(EngineConfig(cache_dir=model_cache, attention="flash"), Registry())
+    with pytest.raises(RenderError, match="attention backend 'flash' cannot run here"):
+        flash.render(RenderBatch(SHAPE, requests))

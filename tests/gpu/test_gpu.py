@@ -43,3 +43,17 @@ def test_each_switch_stays_close_to_exact_mode_on_the_gpu(cache, switch):
     for a, b in zip(exact.render(RenderBatch(SHAPE, requests)), fast.render(RenderBatch(SHAPE, requests))):
         diff = np.abs(a.frames.astype(int) - b.frames.astype(int))
         assert diff.mean() < 1.0, (switch, diff.mean())
+
+
+def test_the_text_encoder_leaves_the_device_and_output_does_not_change(cache):
+    """With the text cache on, the encoder waits in CPU memory and visits the GPU only for texts the cache lacks."""
+    requests = tuple(RenderRequest(i, f"offload prompt {i}", None, 70 + i) for i in range(2))
+    kept = Engine(dataclasses.replace(EngineConfig(cache_dir=cache), offload_text_encoder=False), Registry())
+    offloaded = Engine(EngineConfig(cache_dir=cache / "offload"), Registry())
+    a = kept.render(RenderBatch(SHAPE, requests))
+    b = offloaded.render(RenderBatch(SHAPE, requests))  # a cold cache of its own: the encoder visits the GPU
+    assert kept.pipeline("tiny").text_encoder.device.type == "cuda"
+    assert offloaded.pipeline("tiny").text_encoder.device.type == "cpu"
+    assert offloaded.text_cache.stats.misses >= 2
+    for x, y in zip(a, b):  # the same encoder on the same device: the same embeddings
+        assert np.abs(x.frames.astype(int) - y.frames.astype(int)).mean() < 0.01

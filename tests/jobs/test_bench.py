@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from jobs.bench import PRESETS, Preset, denoise_gflop, measure_peak_gflops, prompts
+from jobs.bench_ladder import level_videos
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,3 +99,39 @@ def test_the_gpu_check_says_plainly_that_there_is_no_gpu(tmp_path):
                           env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert "no CUDA device" in (tmp_path / "out" / "torch.txt").read_text()
+
+
+def test_ladder_runs_each_level_with_real_worker_processes(tmp_path, model_cache):
+    """Two levels (1 and 2 workers at batch 2) of the small preset: every video of every level succeeds, latencies
+    come from the rows the workers wrote, and the steady state is the level with the most videos per hour."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
+           "REELBATCH_CACHE_DIR": str(model_cache)}
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "--preset", "small", "--ladder", "--batches", "2",
+                           "--workers", "1,2", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert [(lv["workers"], lv["batch"]) for lv in r["levels"]] == [(1, 2), (2, 2)]
+    for lv in r["levels"]:
+        assert lv["videos"] == lv["succeeded"] == level_videos(lv["batch"], lv["workers"]) == 16 and lv["failed"] == 0
+        assert lv["failure_rate"] == 0 and lv["retries"] == 0
+        assert lv["videos_per_hour"] == pytest.approx(3600 * lv["succeeded"] / lv["wall_s"])
+        q = lv["latency_s"]
+        assert 0 < q["p50"] <= q["p95"] <= q["p99"] <= q["max"] <= lv["wall_s"]
+        assert lv["peak_rss_mb"] > 100 and lv["peak_device_mb"] is None  # a worker holds torch and the model
+    best = max(r["levels"], key=lambda lv: lv["videos_per_hour"])
+    assert r["steady"] == {"workers": best["workers"], "batch": best["batch"],
+                           "videos_per_hour": best["videos_per_hour"]}
+    assert not list(tmp_path.iterdir()), "the ladder leaves nothing behind in the working folder"
+
+
+@pytest.mark.parametrize("option, value", [("--batches", "0,2"), ("--workers", "two")])
+def test_ladder_levels_must_be_whole_numbers(tmp_path, option, value):
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "--ladder", option, value], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and f"{option}: expected comma-separated whole numbers" in proc.stderr
+
+
+@pytest.mark.parametrize("batch, workers, videos", [(1, 1, 16), (2, 2, 16), (8, 1, 24), (16, 2, 96), (4, 2, 24)])
+def test_a_ladder_level_is_whole_batches_for_every_worker(batch, workers, videos):
+    assert level_videos(batch, workers) == videos and videos % (batch * workers) == 0

@@ -86,3 +86,24 @@ def test_an_existing_different_object_is_never_overwritten(setup):
         assert s.scalar(select(CostRecord).where(CostRecord.video_id == v1.id)) is None
     assert Status(v1.status) is Status.FAILED
     assert "ObjectConflict" in v1.last_error and "v1.mp4" in v1.last_error
+
+
+def test_compile_ahead_warms_the_waiting_shape_so_the_first_batch_compiles_nothing(setup, monkeypatch, tmp_path):
+    """warm_up compiles each waiting shape at the batch size a claim will take; the real batch then runs the
+    compiled code without a new graph (torch._dynamo's own count)."""
+    from torch._dynamo.utils import counters
+
+    from jobs.render import warm_up
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    settings, factory, _, _ = setup
+    settings = dataclasses.replace(settings, compile=True)
+    engine = Engine(settings.engine_config(), setup[2].registry)
+    assert warm_up(settings, engine, factory) == ["tiny|64x64|f9|s2|g5"]
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0, "the warm-up compiled"
+    with factory() as s:
+        assert {Status(v.status) for v in s.scalars(select(Video))} == {Status.PENDING}, "a warm-up claims nothing"
+    result = render_next_batch(settings, engine, factory)
+    assert (result.claimed, result.succeeded) == (3, 3)
+    assert counters["stats"]["unique_graphs"] == graphs, "the first real batch compiled again"

@@ -61,7 +61,8 @@ def test_worker_command_refuses_a_broken_models_file(tmp_path):
 @pytest.mark.parametrize(("raw", "expected"), [("", True), ("1", True), ("on", True), ("0", False), ("off", False),
                                                 ("False", False)])
 def test_engine_switches_come_from_the_environment(raw, expected):
-    defaults = {"text_cache": True, "batched_guidance": True, "fast_vae_norm": True, "compile": False}
+    defaults = {"text_cache": True, "batched_guidance": True, "fast_vae_norm": True, "compile": False,
+                "offload_text_encoder": True}
     for name, default in defaults.items():
         settings = Settings.from_env({f"REELBATCH_{name.upper()}": raw})
         want = default if raw == "" else expected
@@ -73,3 +74,29 @@ def test_engine_switches_come_from_the_environment(raw, expected):
 def test_a_bad_switch_value_names_the_variable():
     with pytest.raises(UsageError, match="REELBATCH_TEXT_CACHE: expected 1/0.*'maybe'"):
         Settings.from_env({"REELBATCH_TEXT_CACHE": "maybe"})
+
+
+def test_lossy_accelerators_come_from_the_environment_off_by_default():
+    assert Settings.from_env({}).engine_config().lossy() == ""
+    config = Settings.from_env({"REELBATCH_STEP_CACHE": "0.1", "REELBATCH_GUIDANCE_FRACTION": "0.5",
+                                "REELBATCH_STEP_SCALE": "0.75"}).engine_config()
+    assert config.lossy() == "step_cache=0.1,guidance_fraction=0.5,step_scale=0.75"
+    assert Settings.from_env({"REELBATCH_STEP_CACHE": "0"}).engine_config().lossy() == ""
+
+
+@pytest.mark.parametrize(("name", "raw", "message"), [
+    ("REELBATCH_STEP_SCALE", "0", r"must be in \(0, 1\], got '0'"),
+    ("REELBATCH_GUIDANCE_FRACTION", "1.5", r"must be in \(0, 1\], got '1.5'"),
+    ("REELBATCH_STEP_CACHE", "-1", r"must be in \[0, 1\], got '-1'"),
+    ("REELBATCH_STEP_CACHE", "lots", "expected a number, got 'lots'"),
+])
+def test_a_bad_lossy_value_names_the_variable(name, raw, message):
+    with pytest.raises(UsageError, match=f"{name}: {message}"):
+        Settings.from_env({name: raw})
+
+
+def test_the_attention_backend_is_a_diffusers_name():
+    assert Settings.from_env({}).engine_config().attention == "native"
+    assert Settings.from_env({"REELBATCH_ATTENTION": "flash"}).engine_config().attention == "flash"
+    with pytest.raises(UsageError, match="REELBATCH_ATTENTION: 'fastest' is not a diffusers attention backend"):
+        Settings.from_env({"REELBATCH_ATTENTION": "fastest"})

@@ -1,0 +1,60 @@
+"""`reelbatch bench --quality` on the shipped toy model, and the gate it records deciding what `reelbatch run` accepts."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine import gates
+
+
+def cli(args, cwd, env, timeout=600):
+    return subprocess.run([sys.executable, "-m", "jobs", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def env(tmp_path, model_cache):
+    """A cache folder of this test's own (its gates file); the toy model is the repository's."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
+            "REELBATCH_CACHE_DIR": str(tmp_path / "cache")}
+
+
+def test_bench_quality_measures_records_and_gates_runs(tmp_path, env):
+    # A threshold no step passes changes nothing (it must pass); 30% of the steps changes everything (it must fail).
+    proc = cli(["bench", "--quality", "--count", "16", "--setting", "step_cache=1e-6", "--setting", "step_scale=0.3",
+                "--json"], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert (r["model"], r["count"], r["shape"]["steps"]) == ("toy", 16, 20)
+    assert r["exact"]["seconds"] > 0 and r["exact"]["adherence"]["colour"] >= 0.85
+    same, short = r["settings"]
+    assert same["setting"] == "step_cache=1e-06" and same["passed"] and same["psnr_db_min"] >= 60
+    assert same["adherence"] == r["exact"]["adherence"]
+    assert short["setting"] == "step_scale=0.3" and not short["passed"]
+    assert short["psnr_db_mean"] < 25 and any("mean PSNR" in f for f in short["failures"])
+    assert r["passed"] == ["step_cache=1e-06"]
+    recorded = gates.load(tmp_path / "cache")
+    assert sorted(g["setting"] for g in recorded.values()) == ["step_cache=1e-06", "step_scale=0.3"]
+
+    manifest = tmp_path / "one.yaml"
+    manifest.write_text("name: gated\nmodel: toy\nvideos:\n  - id: a\n    prompt: a red circle moving left on a "
+                        "black background\n", encoding="utf-8")
+    refused = cli(["run", str(manifest)], tmp_path, {**env, "REELBATCH_STEP_SCALE": "0.3"})
+    assert refused.returncode == 2, refused.stderr
+    assert "REELBATCH_STEP_SCALE" in refused.stderr and "step_scale=0.3 failed its quality gate" in refused.stderr
+    assert not (tmp_path / "reelbatch.db").exists() and not (tmp_path / "outputs").exists(), "nothing written"
+    ungated = cli(["run", str(manifest)], tmp_path, {**env, "REELBATCH_STEP_SCALE": "0.5"})
+    assert ungated.returncode == 2 and "step_scale=0.5 has no recorded quality gate" in ungated.stderr
+
+    accepted = cli(["run", str(manifest), "--json"], tmp_path, {**env, "REELBATCH_STEP_CACHE": "1e-6"})
+    assert accepted.returncode == 0, accepted.stderr
+    assert json.loads(accepted.stdout)["counts"]["succeeded"] == 1
+
+
+def test_a_malformed_setting_is_a_usage_error(tmp_path, env):
+    proc = cli(["bench", "--quality", "--setting", "step_scale=2"], tmp_path, env, timeout=120)
+    assert proc.returncode == 2
+    assert "--setting 'step_scale=2'" in proc.stderr and "step_scale must be in (0, 1]" in proc.stderr
