@@ -41,6 +41,10 @@ class EngineConfig:
     # flash or memory-efficient kernels itself on a GPU); "flash", "_flash_3" or "sage" use those packages where
     # installed. Same math, other rounding.
     attention: str = "native"
+    # Long videos (engine.chunks): the noise level below which a chunk's frames shared with the chunk before are
+    # left to the model, so it can smooth the join (the stitch then crossfades). 0: tied to the end (measured best
+    # on the toy model: docs/LONG_VIDEOS.md).
+    chunk_release_sigma: float = 0.0
     # Lossy accelerators: off by default, and used only for a model on which a recorded quality gate passed
     # (engine.gates; `reelbatch bench --quality` measures and records them).
     # First-block cache threshold (diffusers' FirstBlockCache): a step whose first block's residual changed by less

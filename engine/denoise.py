@@ -35,9 +35,18 @@ def supports(pipe) -> bool:
 def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.Tensor | None, height: int,
             width: int, frames: int, steps: int, guidance: float, generators: list[torch.Generator],
             batched_guidance: bool = True, guidance_steps: int | None = None,
+            conditions: list[torch.Tensor | None] | None = None, release_sigma: float = 0.0,
             should_stop: Callable[[], str | None] | None = None) -> torch.Tensor:
     """Latents for a batch, as `pipe(..., output_type="latent")` returns them. `guidance_steps`: guide only the
-    first this many steps (None: all of them)."""
+    first this many steps (None: all of them).
+
+    `conditions` (one per video, None for a free one): clean latents (C, o, h, w) the video's first o latent frames
+    are tied to, for a long video's next chunk (engine.chunks). Before each step the tied frames are set to the
+    condition noised to that step's level with the video's own initial noise, (1 - sigma) x c + sigma x noise, the
+    inpainting-style extension diffusion forcing generalises; from the step whose sigma falls below `release_sigma`
+    they are left to the model, so it can smooth the join (the stitch then crossfades). At 0 they are tied to the end
+    and come out equal to the condition.
+    """
     device = pipe._execution_device
     transformer = pipe.transformer
     dtype = transformer.dtype
@@ -54,6 +63,7 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     latents = pipe.prepare_latents(batch, transformer.config.in_channels, height, width, frames, torch.float32,
                                    device, generators, None)
     pipe.scheduler.set_begin_index(0)
+    tie = _ties(conditions, latents)
     context = torch.cat([cond, uncond]) if guided and batched_guidance else None
 
     # A step cache (diffusers' hooks) keeps state per named call: one per kind of call, reset for each batch.
@@ -71,6 +81,8 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
 
     # 6. Denoising loop
     for i, t in enumerate(timesteps):
+        if tie is not None and float(pipe.scheduler.sigmas[i]) >= release_sigma:
+            latents = tie(latents, float(pipe.scheduler.sigmas[i]))
         x = latents.to(dtype)
         guide = guided and (guidance_steps is None or i < guidance_steps)
         if guide and context is not None:
@@ -84,4 +96,24 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
         latents = pipe.scheduler.step(noise_pred, t, latents, return_dict=False)[0]
         if should_stop is not None and (reason := should_stop()):
             raise RenderInterrupted(reason)
+    if tie is not None and release_sigma <= 0:
+        latents = tie(latents, 0.0)
     return latents
+
+
+def _ties(conditions: list[torch.Tensor | None] | None, noise: torch.Tensor):
+    """A function setting each conditioned video's first latent frames to its condition at a noise level; None when
+    no video is conditioned."""
+    if not conditions or all(c is None for c in conditions):
+        return None
+    index = [i for i, c in enumerate(conditions) if c is not None]
+    clean = torch.stack([conditions[i] for i in index]).to(noise.device, noise.dtype)
+    frames = clean.shape[2]
+    start_noise = noise[index, :, :frames].clone()
+
+    def tie(latents: torch.Tensor, sigma: float) -> torch.Tensor:
+        latents = latents.clone()
+        latents[index, :, :frames] = (1 - sigma) * clean + sigma * start_noise
+        return latents
+
+    return tie

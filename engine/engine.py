@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ from engine.errors import ModelNotFound, RenderError, RenderInterrupted, Retryab
 from engine.models import ModelInfo, Registry
 from engine.text_cache import ALL_PARTS, TextEmbeddingCache, model_identity
 from engine.tiny import ensure_tiny
-from engine.types import RenderBatch, RenderedVideo
+from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape
 
 log = logging.getLogger(__name__)
 
@@ -128,16 +129,19 @@ class Engine:
             # 1. Denoise to latents: the engine's loop (guidance batched, lossy accelerators), or diffusers' stopped
             # before decoding.
             config = self.config
-            if (config.batched_guidance or config.lossy()) and denoise.supports(pipe):
+            conditions = [r.condition for r in requests]
+            chunked = any(c is not None for c in conditions) or any(r.latents_only for r in requests)
+            if (config.batched_guidance or config.lossy() or chunked) and denoise.supports(pipe):
                 steps = config.steps_for(shape.steps)
                 latents = denoise.denoise(
                     pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=shape.height,
                     width=shape.width, frames=shape.frames, steps=steps, guidance=shape.guidance,
                     generators=generators, batched_guidance=config.batched_guidance,
-                    guidance_steps=config.guided_steps(steps), should_stop=should_stop,
+                    guidance_steps=config.guided_steps(steps), conditions=conditions,
+                    release_sigma=config.chunk_release_sigma, should_stop=should_stop,
                 )
-            elif config.lossy():
-                raise RenderError(f"{shape.model}: lossy settings ({config.lossy()}) need a one-transformer Wan model")
+            elif config.lossy() or chunked:
+                raise RenderError(f"{shape.model}: lossy settings and long videos need a one-transformer Wan model")
             else:
                 latents = pipe(
                     prompt_embeds=embeds,
@@ -153,15 +157,56 @@ class Engine:
                     callback_on_step_end=_stop_check(should_stop) if should_stop else None,
                 ).frames
             clock.lap("denoise")
-            # 2. Decode, as WanPipeline.__call__ ends.
-            videos = np.asarray(decode_latents(pipe, latents))
+            # 2. Decode, as WanPipeline.__call__ ends (chunks of a long video keep their latents for the stitch).
+            decode = [i for i, r in enumerate(requests) if not r.latents_only]
+            videos = np.asarray(decode_latents(pipe, latents[decode])) if decode else None
             clock.lap("decode")
-        expected = (len(requests), shape.frames, shape.height, shape.width, 3)
-        if videos.shape != expected:
-            raise RenderError(f"pipeline returned frames of shape {videos.shape}, expected {expected}")
         # Same shape, same work: each video's share of the batch's stage times is equal.
         share = {stage: seconds / len(requests) for stage, seconds in clock.laps.items()}
-        return [_to_uint8(request, video, share) for request, video in zip(requests, videos)]
+        if videos is not None and videos.shape != (len(decode), shape.frames, shape.height, shape.width, 3):
+            raise RenderError(f"pipeline returned frames of shape {videos.shape}, expected "
+                              f"{(len(decode), shape.frames, shape.height, shape.width, 3)}")
+        out, frames = [], iter(videos if videos is not None else ())
+        for i, request in enumerate(requests):
+            if request.latents_only:
+                chunk = latents[i].float().cpu()
+                bad = None if torch.isfinite(chunk).all() else "render produced non-finite latents (NaN or Inf)"
+                out.append(RenderedVideo(request, None, bad, share, latents=None if bad else chunk))
+            else:
+                out.append(_to_uint8(request, next(frames), share))
+        return out
+
+    def decode(self, model: str, latents: torch.Tensor, request: RenderRequest) -> RenderedVideo:
+        """A stitched latent video (C, F, h, w) to uint8 frames, as a batch's decode does (a long video's last
+        step). The Wan VAE decodes causally, one latent frame at a time with a feature cache, so its working memory
+        does not grow with the video's length; only the output frames do."""
+        pipe = self.pipeline(model)
+        clock = _Clock(self.config.torch_device())
+        with torch.inference_mode():
+            (video,) = np.asarray(decode_latents(pipe, latents[None]))
+        clock.lap("decode")
+        return _to_uint8(request, video, clock.laps)
+
+    def render_long(self, shape: Shape, request: RenderRequest, chunk_plan) -> tuple[RenderedVideo, list[torch.Tensor]]:
+        """A long video in this process, chunk after chunk (each conditioned on the one before), stitched and
+        decoded: the reference the job system's chunk-by-chunk path must equal. Returns the video and its chunks'
+        latents. `shape` is the window's shape."""
+        from engine.chunks import seam_score, stitch
+
+        chunks: list[torch.Tensor] = []
+        stages: dict[str, float] = {}
+        for k in range(chunk_plan.chunks):
+            condition = chunks[-1][:, -chunk_plan.overlap:] if chunks else None
+            (done,) = self.render(RenderBatch(shape, (replace(request, condition=condition, latents_only=True),)))
+            if done.error:
+                return RenderedVideo(request, None, f"chunk {k}: {done.error}", stages), chunks
+            chunks.append(done.latents)
+            for stage, seconds in done.stages.items():
+                stages[stage] = stages.get(stage, 0.0) + seconds
+        video = self.decode(shape.model, stitch(chunks, chunk_plan), request)
+        stages["decode"] = stages.get("decode", 0.0) + video.stages.get("decode", 0.0)
+        seams = seam_score(video.frames, chunk_plan.seams()) if video.frames is not None else None
+        return replace(video, stages=stages, seam_score=seams), chunks
 
     def _embeddings(self, shape, info: ModelInfo, pipe, requests) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Prompt and negative-prompt embeddings, from the cache when it is on; the negative ones only when the

@@ -14,6 +14,9 @@ import yaml
 
 from engine.errors import ModelNotFound
 
+# The longest video: this many windows (Wan: 64 x ~4.75 s, about 5 minutes at 16 fps).
+MAX_CHUNKS = 64
+
 
 @dataclass(frozen=True)
 class ModelDefaults:
@@ -37,10 +40,19 @@ class ModelInfo:
     temporal_factor: int = 4
     # Wan needs height and width in multiples of 16 (VAE 8x spatial, patch 2).
     spatial_multiple: int = 16
+    # The window: the most frames one pass renders (what the model was trained on). A longer video is rendered as
+    # chunks of this length sharing `chunk_overlap` latent frames (engine.chunks), at most MAX_CHUNKS of them.
     max_frames: int = 81
+    chunk_overlap: int = 2
     # WanPipeline.__call__ defaults to 512 text tokens but encode_prompt to 226: always pass it, and key caches on it.
     max_sequence_length: int = 512
     builtin: bool = False
+
+    def chunk_plan(self, frames: int):
+        """How a video of `frames` is rendered: one pass, or chunks of the window (engine.chunks.ChunkPlan)."""
+        from engine.chunks import plan
+
+        return plan(frames, self.max_frames, self.chunk_overlap, self.temporal_factor)
 
     def valid_frames(self, requested: int) -> int:
         """Round a frame count to the nearest count the model produces (`temporal_factor`*k + 1, k >= 1).
@@ -118,7 +130,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
         wan-1.3b:
           path: /models/Wan2.1-T2V-1.3B-Diffusers   # a local diffusers folder, loaded with safetensors only
           defaults: {width: 832, height: 480, fps: 16, duration_s: 5, steps: 50, guidance: 5.0}
-          max_frames: 81
+          max_frames: 81      # the window; longer videos render in chunks sharing chunk_overlap latents (2)
     """
     registry = Registry()
     if models_file is None:
@@ -147,6 +159,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
             temporal_factor=int(entry.get("temporal_factor", 4)),
             spatial_multiple=int(entry.get("spatial_multiple", 16)),
             max_frames=int(entry.get("max_frames", 81)),
+            chunk_overlap=int(entry.get("chunk_overlap", 2)),
             max_sequence_length=int(entry.get("max_sequence_length", 512)),
         )
     return registry

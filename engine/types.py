@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,11 @@ class RenderRequest:
     prompt: str
     negative_prompt: str | None
     seed: int
+    # A long video's later chunk (engine.chunks): clean latents (C, o, h, w, a torch tensor) its first o latent
+    # frames are tied to. None for a video or a first chunk.
+    condition: Any = field(default=None, compare=False, repr=False)
+    # Return the latents, not decoded frames: a chunk whose video is stitched and decoded later.
+    latents_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,3 +52,7 @@ class RenderedVideo:
     error: str | None = None
     # This video's share of the batch's seconds per stage: "text", "denoise", "decode".
     stages: dict[str, float] = field(default_factory=dict)
+    # For a latents_only request: its latents (C, F, h, w), float32 on the CPU; frames is None.
+    latents: Any = field(default=None, compare=False, repr=False)
+    # For a stitched long video: engine.chunks.seam_score of its frames.
+    seam_score: float | None = None

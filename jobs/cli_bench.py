@@ -18,6 +18,7 @@ from jobs.bench_quality import ATTRIBUTES, CANDIDATES, QualityBench, run_quality
 from jobs.console import err, fail, out
 from jobs.errors import ReelbatchError, UsageError
 from jobs.bench_ladder import run_ladder
+from jobs.bench_long import run_long
 from jobs.settings import Settings
 
 
@@ -42,6 +43,9 @@ def bench(
                          "throughput, claim-to-stored P50/P95/P99, peak memory, failure rate.")] = False,
     batches: Annotated[str, typer.Option("--batches", help="With --ladder: batch sizes.")] = "1,2,4,8,16",
     workers: Annotated[str, typer.Option("--workers", help="With --ladder: worker process counts.")] = "1,2",
+    long: Annotated[bool, typer.Option(
+        "--long", help="One prompt at 1x and 4x the preset's clip length as the window: chunked (time and peak "
+                       "memory ratios, seam score) and full length.")] = False,
 ) -> None:
     """Render the same videos with the script a user would write from the diffusers docs and with reelbatch's
     worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
@@ -55,6 +59,9 @@ def bench(
         err.print(f"--preset: {preset!r} is not a preset (choose from {', '.join(PRESETS)})")
         raise typer.Exit(2)
     chosen = PRESETS[preset] if steps is None else dataclasses.replace(PRESETS[preset], steps=steps)
+    if long:
+        _bench_long(chosen, json_)
+        return
     if ladder:
         _bench_ladder(chosen, _counts("--batches", batches, 256), _counts("--workers", workers, 64), json_)
         return
@@ -67,6 +74,28 @@ def bench(
         out.print_json(json.dumps(result.to_dict()))
     else:
         print_bench(result)
+
+
+def _bench_long(preset, json_: bool) -> None:
+    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+                  disable=json_) as bar:
+        bar.add_task(f"bench --long {preset.name}: 1x and 4x, chunked and full length")
+        try:
+            r = run_long(preset, Settings.from_env())
+        except ReelbatchError as exc:
+            fail(exc)
+    if json_:
+        out.print_json(json.dumps(r))
+        return
+    one, many = r["frames"]["1x"], r["frames"]["4x"]
+    out.print(f"[bold]bench --long {r['preset']}[/bold] on {r['device']}: window {r['window_frames']} frames; "
+              f"{one} frames = {r['chunks']['1x']} chunk, {many} frames = {r['chunks']['4x']} chunks", highlight=False)
+    full = r["full_length"]
+    full_text = (f"full length: time x{full['time_ratio']:.2f}, peak memory x{full['peak_memory_ratio']:.2f}"
+                 if "error" not in full else f"full length did not run: {full['error']}")
+    out.print(f"chunked: time x{r['time_ratio']:.2f} for x{r['chunk_ratio']:.0f} chunks "
+              f"({r['time_ratio_over_chunk_ratio']:.2f} of linear), peak memory x{r['peak_memory_ratio']:.2f}, "
+              f"seam score {r['seam_score']:.2f}; {full_text}", highlight=False)
 
 
 def _counts(option: str, raw: str, most: int) -> tuple[int, ...]:

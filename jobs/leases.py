@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.models import CostRecord, Run, Video, WorkUnit, utcnow
 from jobs.queries import Factory
-from jobs.status import Status, move
+from jobs.status import Status, move, transition
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,18 @@ class ClaimedUnit:
     attempts: int
     # The checksum an earlier attempt was about to upload, if any (see mark_uploading).
     upload_sha256: str | None = None
+    # A long video's chunk (engine.chunks): which one, of how many, sharing how many latent frames.
+    chunk: int = 0
+    chunks: int = 1
+    chunk_overlap: int = 0
+
+    @property
+    def chunked(self) -> bool:
+        return self.chunks > 1
+
+    @property
+    def last_chunk(self) -> bool:
+        return self.chunk == self.chunks - 1
 
 
 @dataclass(frozen=True)
@@ -52,7 +64,8 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float)
     workers take disjoint units without waiting; on SQLite the transaction is BEGIN IMMEDIATE (see jobs.db).
     """
     now = utcnow()
-    claimable = (WorkUnit.status == Status.PENDING, or_(WorkUnit.not_before.is_(None), WorkUnit.not_before <= now))
+    claimable = (WorkUnit.status == Status.PENDING, WorkUnit.ready.is_(True),
+                 or_(WorkUnit.not_before.is_(None), WorkUnit.not_before <= now))
     order = (WorkUnit.rank.desc(), WorkUnit.id)
     with factory.begin() as s:
         first = s.scalar(select(WorkUnit).where(*claimable).order_by(*order).limit(1)
@@ -74,15 +87,17 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float)
             video.attempts += 1
             unit.lease_owner, unit.lease_token = owner, unit.lease_token + 1
             unit.lease_expires_at = now + timedelta(seconds=lease_s)
-            video.started_at = now
+            if unit.chunk == 0:  # a long video started with its first chunk
+                video.started_at = now
             claimed.append((unit, video, runs[video.run_id]))
         s.flush()
-        v0, run0 = claimed[0][1], claimed[0][2]
-        shape = Shape(run0.model, v0.width, v0.height, v0.frames, v0.steps, v0.guidance)
+        u0, v0, run0 = claimed[0]
+        shape = Shape(run0.model, v0.width, v0.height, u0.frames, v0.steps, v0.guidance)
         return Claim(
             RenderBatch(shape, tuple(RenderRequest(v.id, v.prompt, v.negative_prompt, v.seed) for _, v, _ in claimed)),
             tuple(ClaimedUnit(u.id, u.lease_token, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
-                              u.attempts, v.upload_sha256) for u, v, r in claimed),
+                              u.attempts, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap)
+                  for u, v, r in claimed),
         )
 
 
@@ -198,6 +213,8 @@ class VideoOutput:
     encode_s: float
     upload_s: float
     stages: dict[str, float] = field(default_factory=dict)  # the render's text/denoise/decode share
+    seam_score: float | None = None  # a long video's (engine.chunks.seam_score)
+    needs_review: bool = False
 
 
 @dataclass(frozen=True)
@@ -215,13 +232,50 @@ def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: 
         row, video = rows
         move(row, video, Status.SUCCEEDED)
         video.uri, video.bytes, video.sha256 = out.uri, out.bytes, out.sha256
-        video.render_s, video.encode_s, video.upload_s = out.render_s, out.encode_s, out.upload_s
-        video.text_s, video.denoise_s, video.decode_s = (out.stages.get(k) for k in ("text", "denoise", "decode"))
+        # A long video's earlier chunks left their seconds on the row (record_chunk): the last one adds its own.
+        earlier = row.chunk > 0
+        video.render_s = ((video.render_s or 0.0) if earlier else 0.0) + out.render_s
+        for stage in ("text", "denoise", "decode"):
+            before = getattr(video, f"{stage}_s") if earlier else None
+            mine = out.stages.get(stage)
+            setattr(video, f"{stage}_s", mine if before is None else before + (mine or 0.0))
+        video.encode_s, video.upload_s = out.encode_s, out.upload_s
+        video.seam_score, video.needs_review = out.seam_score, out.needs_review
         video.last_error = row.last_error = None
-        seconds = out.render_s + out.encode_s + out.upload_s
+        seconds = video.render_s + out.encode_s + out.upload_s
         s.add(CostRecord(video_id=video.id, kind="gpu", seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,
                          rate_source=rate.source, amount_micro_usd=round(seconds * rate.usd_per_hour / 3600 * 1e6)))
         return True
+
+
+def record_chunk(factory: Factory, unit: ClaimedUnit, checkpoint: str, render_s: float,
+                 stages: dict[str, float]) -> bool:
+    """A long video's chunk (not its last) finished: its latents are at `checkpoint`; its seconds go on the video's
+    row; the video waits (pending) for its next chunk, which becomes claimable. False if the lease was lost."""
+    with factory.begin() as s:
+        rows = _fenced(s, unit)
+        if rows is None:
+            return False
+        row, video = rows
+        transition(row, Status.SUCCEEDED)
+        transition(video, Status.PENDING)
+        row.lease_owner, row.lease_expires_at, row.checkpoint = None, None, checkpoint
+        row.last_error = video.last_error = None
+        video.render_s = (video.render_s or 0.0) + render_s
+        for stage in ("text", "denoise", "decode"):
+            setattr(video, f"{stage}_s", (getattr(video, f"{stage}_s") or 0.0) + stages.get(stage, 0.0))
+        following = s.scalar(select(WorkUnit).where(WorkUnit.video_id == video.id, WorkUnit.chunk == row.chunk + 1)
+                             .with_for_update())
+        following.ready = True
+        return True
+
+
+def checkpoints(factory: Factory, video_id: int, before: int) -> list[str | None]:
+    """The checkpoints of a long video's chunks 0 .. before-1, in order (None where a chunk has none)."""
+    with factory() as s:
+        found = dict(s.execute(select(WorkUnit.chunk, WorkUnit.checkpoint)
+                               .where(WorkUnit.video_id == video_id, WorkUnit.chunk < before)).all())
+    return [found.get(k) for k in range(before)]
 
 
 def record_failure(factory: Factory, unit: ClaimedUnit, error: str) -> bool:
@@ -241,5 +295,5 @@ def claimable(factory: Factory) -> bool:
     now = utcnow()
     with factory() as s:
         return s.scalar(select(WorkUnit.id).where(
-            WorkUnit.status == Status.PENDING,
+            WorkUnit.status == Status.PENDING, WorkUnit.ready.is_(True),
             or_(WorkUnit.not_before.is_(None), WorkUnit.not_before <= now)).limit(1)) is not None

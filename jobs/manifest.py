@@ -64,6 +64,10 @@ class VideoSpec:
     steps: int
     guidance: float
     requested_duration_s: float
+    # Beyond the model's window: rendered as `chunks` units of `window` frames sharing `chunk_overlap` latents.
+    chunks: int = 1
+    window: int = 0  # frames per work unit: `frames` for a video within the window
+    chunk_overlap: int = 0
 
 
 @dataclass(frozen=True)
@@ -305,10 +309,13 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
             report(where.line if where else vmap.line, prefix + "duration_s", str(exc))
     if not ok or frames is None or size is INVALID or any(v is INVALID for v in values.values()):
         return None
+    chunks = info.chunk_plan(frames).chunks if info else 1
     return VideoSpec(id=own["id"], line=vmap.line, prompt=values["prompt"], negative_prompt=values["negative_prompt"],
                      seed=values["seed"], width=size[0], height=size[1], frames=frames, fps=values["fps"],
                      duration_s=frames / values["fps"], steps=values["steps"], guidance=float(values["guidance"]),
-                     requested_duration_s=float(values["duration_s"]))
+                     requested_duration_s=float(values["duration_s"]), chunks=chunks,
+                     window=info.max_frames if chunks > 1 else frames,
+                     chunk_overlap=info.chunk_overlap if chunks > 1 else 0)
 
 
 def _yaml_videos(top: Map, report) -> list[tuple[Item, str]]:

@@ -317,13 +317,20 @@ def check_resolution(value: object, text: str | None, multiple: int) -> tuple[in
 
 
 def plan_frames(model: ModelInfo, duration_s: float, fps: int) -> int:
-    """The frame count the model renders for a requested duration: nearest whole frame, then the model's grid."""
+    """The frame count the model renders for a requested duration: nearest whole frame, then the model's grid.
+    Beyond the model's window the video is rendered in chunks (engine.chunks), up to MAX_CHUNKS of them."""
+    from engine.models import MAX_CHUNKS
+
     # Half-up, like ModelInfo.valid_frames, not Python's round-half-even.
     frames = model.valid_frames(math.floor(duration_s * fps + 0.5))
-    if frames > model.max_frames:
+    plan = model.chunk_plan(frames)
+    chunks = plan.chunks
+    if chunks > MAX_CHUNKS:
+        latents = plan.window_latents + (MAX_CHUNKS - 1) * (plan.window_latents - plan.overlap)
+        longest = 1 + (latents - 1) * model.temporal_factor
         raise FieldError(
-            f"{duration_s:g} s at {fps} fps is {frames} frames; {model.name} renders at most {model.max_frames} "
-            f"frames, so at most {model.max_frames / fps:g} s at {fps} fps"
+            f"{duration_s:g} s at {fps} fps is {frames} frames, {chunks} chunks of {model.name}'s {model.max_frames}-"
+            f"frame window; at most {MAX_CHUNKS} chunks ({longest} frames), so at most {longest / fps:g} s at {fps} fps"
         )
     return frames
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, MetaData, String,
-                        Text, UniqueConstraint, false)
+                        Text, UniqueConstraint, false, true)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from jobs.status import Status
@@ -90,6 +90,12 @@ class Video(Timestamps, Base):
     # Written (fenced) just before an upload: if the worker dies after the upload but before recording it, the retry
     # finds this checksum on the object at the video's key and adopts that object instead of failing on a conflict.
     upload_sha256: Mapped[str | None] = mapped_column(String(64))
+    # A long video is rendered as `chunks` window-sized work units sharing `chunk_overlap` latent frames
+    # (engine.chunks); its seam score is stored once stitched, and a score above the review threshold flags it.
+    chunks: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    chunk_overlap: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    seam_score: Mapped[float | None] = mapped_column(Float)
+    needs_review: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     run: Mapped[Run] = relationship(back_populates="videos", lazy="raise")
     units: Mapped[list[WorkUnit]] = relationship(back_populates="video", lazy="raise")
@@ -97,7 +103,8 @@ class Video(Timestamps, Base):
 
 
 class WorkUnit(Timestamps, Base):
-    """A claimable piece of rendering: one per video for now (long videos will add one per chunk)."""
+    """A claimable piece of rendering: a whole video, or one chunk of a long one (then `frames` is the model's
+    window). Chunk k+1 becomes `ready` (claimable) when chunk k has finished and left its latents at `checkpoint`."""
 
     __tablename__ = "work_units"
     __table_args__ = (
@@ -108,6 +115,9 @@ class WorkUnit(Timestamps, Base):
 
     video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
     chunk: Mapped[int] = mapped_column(Integer, default=0)
+    frames: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    ready: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    checkpoint: Mapped[str | None] = mapped_column(Text)
     shape_key: Mapped[str] = mapped_column(String(255), index=True)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     # Claim order, highest first: priority x AGING_S minus submission time (jobs.queries.unit_rank), so a

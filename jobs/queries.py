@@ -67,13 +67,17 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
         videos = [Video(run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
                         seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width,
                         height=v.height, frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps,
-                        guidance=v.guidance, status=Status.PENDING) for v in spec.videos]
+                        guidance=v.guidance, status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap)
+                  for v in spec.videos]
         s.add_all(videos)
         s.flush()  # one round of inserts for the ids the units point at
         rank = unit_rank(spec.priority, now)
-        s.add_all(WorkUnit(video_id=video.id, chunk=0, priority=spec.priority, rank=rank, status=Status.PENDING,
-                           shape_key=Shape(spec.model, v.width, v.height, v.frames, v.steps, v.guidance).key())
-                  for video, v in zip(videos, spec.videos))
+        # A long video's chunks are units of the window's shape, so they batch with short videos of that shape;
+        # only chunk 0 is ready, each later one when the one before it has finished.
+        s.add_all(WorkUnit(video_id=video.id, chunk=k, frames=v.window, ready=k == 0, priority=spec.priority,
+                           rank=rank, status=Status.PENDING,
+                           shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance).key())
+                  for video, v in zip(videos, spec.videos) for k in range(v.chunks))
         return Submitted(run.id, name, len(spec.videos), True, len(spec.videos))
 
 
@@ -83,7 +87,7 @@ def _count(s: Session, model, run_id: int) -> int:
 
 def _pending_units(s: Session, run_id: int) -> int:
     return s.scalar(select(func.count()).select_from(WorkUnit).join(Video)
-                    .where(Video.run_id == run_id, WorkUnit.status == Status.PENDING))
+                    .where(Video.run_id == run_id, WorkUnit.status == Status.PENDING, WorkUnit.ready.is_(True)))
 
 
 def _free_name(s: Session, base: str) -> str:
@@ -161,8 +165,10 @@ def cancel_run(factory: Factory, run: str) -> tuple[str, int]:
         row = s.get(Run, _run_id(s, run))
         if row.cancelled_at is None:
             row.cancelled_at = utcnow()
+        # A long video's later chunks are pending but not ready: its ready unit speaks for the video.
         units = list(s.scalars(select(WorkUnit).join(Video).where(Video.run_id == row.id,
-                                                                   WorkUnit.status == Status.PENDING)
+                                                                   WorkUnit.status == Status.PENDING,
+                                                                   WorkUnit.ready.is_(True))
                                .with_for_update()))
         for unit in units:
             video = s.get(Video, unit.video_id)
@@ -191,9 +197,10 @@ def resume_run(factory: Factory, run: str) -> tuple[str, int]:
 def waiting_shapes(factory: Factory, limit: int = 4) -> list[tuple[Shape, int]]:
     """The shapes of pending work, with how many units wait in each, the most first."""
     count = func.count(WorkUnit.id)
-    columns = (Run.model, Video.width, Video.height, Video.frames, Video.steps, Video.guidance)
+    columns = (Run.model, Video.width, Video.height, WorkUnit.frames, Video.steps, Video.guidance)
     with factory() as s:
         rows = s.execute(select(*columns, count).join(Video, WorkUnit.video_id == Video.id)
-                         .join(Run, Video.run_id == Run.id).where(WorkUnit.status == Status.PENDING)
+                         .join(Run, Video.run_id == Run.id)
+                         .where(WorkUnit.status == Status.PENDING, WorkUnit.ready.is_(True))
                          .group_by(*columns).order_by(count.desc()).limit(limit)).all()
     return [(Shape(*row[:6]), row[6]) for row in rows]

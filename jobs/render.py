@@ -19,9 +19,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
+import safetensors.torch
+import torch
+
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
-from engine.types import RenderBatch, RenderRequest, Shape
+from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape
 from jobs import leases
 from jobs.leases import Claim, ClaimedUnit, Rate, VideoOutput
 from jobs.settings import Settings
@@ -112,11 +115,13 @@ def warm_up(settings: Settings, engine: Engine, factory, shapes: int = 4) -> lis
     return warmed
 
 
-def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Finisher | None = None) -> BatchResult:
+def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Finisher | None = None,
+                      on_ready: Callable[[int], None] | None = None) -> BatchResult:
     """Claim one same-shape batch and take it to the store. A result with claimed=0 means nothing was waiting.
 
     With a `finisher`, encoding and storing are queued on it and the result says how many videos are `pending`;
-    the leases are renewed until the finisher has recorded them.
+    the leases are renewed until the finisher has recorded them. `on_ready(n)` is called (on whichever thread
+    stores) when n long videos' next chunks have become claimable, so a worker can be told at once.
     """
     claim = leases.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s)
     if claim is None:
@@ -128,10 +133,10 @@ def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Fin
         adopted, todo = _adopt_earlier_uploads(settings, factory, claim)
         if not todo:
             return BatchResult(len(claim.units), adopted)
-        batch = RenderBatch(claim.batch.shape, tuple(r for r, u in zip(claim.batch.requests, claim.units)
-                                                     if u in todo))
         started = time.perf_counter()
         try:
+            batch = RenderBatch(claim.batch.shape, tuple(_chunk_request(factory, r, u) for r, u in
+                                                         zip(claim.batch.requests, claim.units) if u in todo))
             rendered = engine.render(batch, should_stop=keeper.should_stop)
         except RenderInterrupted as exc:
             return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted)
@@ -140,7 +145,7 @@ def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Fin
             return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted)
         # The batch's render time is shared equally: its videos have the same shape, so the same work.
         render_share = (time.perf_counter() - started) / len(todo)
-        store = partial(_store_all, settings, factory, claim, todo, rendered, render_share, adopted)
+        store = partial(_store_all, settings, factory, claim, todo, rendered, render_share, adopted, engine, on_ready)
         if finisher is None:
             return store()
         finisher.submit(partial(_finish, store, keeper))
@@ -183,14 +188,97 @@ def _rate(settings: Settings) -> Rate:
     return Rate(settings.gpu_hour_usd, settings.gpu_hour_source)
 
 
-def _store_all(settings, factory, claim, todo, rendered, render_share, adopted) -> BatchResult:
-    ok = retried = failed = 0
+def _chunk_request(factory, request: RenderRequest, unit: ClaimedUnit) -> RenderRequest:
+    """A long video's chunk asks for its latents, and after the first, is tied to the end of the chunk before it
+    (read back from that chunk's checkpoint in the store)."""
+    if not unit.chunked:
+        return request
+    condition = None
+    if unit.chunk > 0:
+        (previous,) = leases.checkpoints(factory, unit.video_id, unit.chunk)[-1:]
+        if previous is None:
+            raise RuntimeError(f"video {unit.key}: chunk {unit.chunk - 1} has no checkpoint")
+        condition = load_latents(store_for(unit.output).get(previous))[:, -unit.chunk_overlap:]
+    return replace(request, condition=condition, latents_only=True)
+
+
+def checkpoint_key(unit: ClaimedUnit) -> str:
+    """Where a chunk's latents wait for the next chunk and the stitch: beside the run's videos, in a scratch folder,
+    one object per attempt (the lease token), so a retried chunk never conflicts with a lost attempt's object."""
+    return f"_chunks/{unit.run_name}/{unit.key}/{unit.chunk}-{unit.token}.safetensors"
+
+
+def save_latents(latents: torch.Tensor) -> bytes:
+    return safetensors.torch.save({"latents": latents.contiguous()})
+
+
+def load_latents(data: bytes) -> torch.Tensor:
+    return safetensors.torch.load(data)["latents"]
+
+
+def _store_chunk(factory, unit: ClaimedUnit, latents: torch.Tensor, render_share: float,
+                 stages: dict[str, float]) -> bool:
+    """A chunk before the last: checkpoint its latents in the store, then record it (its next chunk is ready)."""
+    data = save_latents(latents)
+    key = checkpoint_key(unit)
+    store_for(unit.output).put(key, data, sha256=hashlib.sha256(data).hexdigest(),
+                               content_type="application/octet-stream",
+                               metadata={"run": unit.run_name, "id": unit.key, "chunk": str(unit.chunk)})
+    return leases.record_chunk(factory, unit, key, render_share, stages)
+
+
+def _stitch_long(factory, engine: Engine, shape: Shape, unit: ClaimedUnit, video: RenderedVideo) -> RenderedVideo:
+    """The last chunk of a long video: its latents after the checkpointed chunks', stitched, decoded, and scored at
+    the seams."""
+    from engine.chunks import ChunkPlan, seam_score, stitch
+
+    store = store_for(unit.output)
+    earlier = [load_latents(store.get(key)) for key in leases.checkpoints(factory, unit.video_id, unit.chunk)]
+    temporal_factor = engine.registry.get(shape.model).temporal_factor
+    chunk_plan = ChunkPlan(unit.frames, shape.frames, unit.chunk_overlap, temporal_factor)
+    decoded = engine.decode(shape.model, stitch([*earlier, video.latents], chunk_plan), video.request)
+    stages = dict(video.stages)
+    stages["decode"] = stages.get("decode", 0.0) + decoded.stages.get("decode", 0.0)
+    seams = seam_score(decoded.frames, chunk_plan.seams()) if decoded.frames is not None else None
+    return replace(decoded, stages=stages, seam_score=seams)
+
+
+def _drop_checkpoints(factory, unit: ClaimedUnit) -> None:
+    """A long video succeeded: its chunk checkpoints are no longer needed (best effort; a leftover is scratch)."""
+    store = store_for(unit.output)
+    for key in leases.checkpoints(factory, unit.video_id, unit.chunk):
+        if key is not None:
+            try:
+                store.delete(key)
+            except StoreError as exc:
+                log.warning("could not remove checkpoint %s: %s", key, exc)
+
+
+def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, engine=None,
+               on_ready: Callable[[int], None] | None = None) -> BatchResult:
+    ok = retried = failed = readied = 0
     for unit, video in zip(todo, rendered):
+        if video.error is None and unit.chunked and not unit.last_chunk:
+            try:
+                readied += _store_chunk(factory, unit, video.latents, render_share, video.stages)
+            except Exception as exc:  # noqa: BLE001 - the store is down: this chunk is retried
+                log.warning("checkpointing chunk %d of %s failed: %s", unit.chunk, unit.key, exc)
+                retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}")
+                retried += retried_now is True
+                failed += retried_now is False
+            continue
+        if video.error is None and unit.chunked:
+            try:
+                video = _stitch_long(factory, engine, claim.batch.shape, unit, video)
+            except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
+                log.warning("stitching %s failed: %s", unit.key, exc)
+                video = replace(video, error=f"{type(exc).__name__}: {exc}")
         if video.error is not None:
             retried_now = _retry(settings, factory, unit, video.error)
         else:
             try:
-                out = _store_video(factory, claim, unit, video.frames, render_share, video.stages)
+                out = _store_video(factory, claim, unit, video.frames, render_share, video.stages,
+                                   video.seam_score, settings.seam_review)
             except ObjectConflict as exc:
                 failed += leases.record_failure(factory, unit, f"ObjectConflict: {exc}")
                 continue
@@ -199,10 +287,15 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted) 
                 retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}")
             else:
                 if out is not None:
-                    ok += leases.record_success(factory, unit, out, _rate(settings))
+                    recorded = leases.record_success(factory, unit, out, _rate(settings))
+                    ok += recorded
+                    if recorded and unit.chunked:
+                        _drop_checkpoints(factory, unit)
                 continue
         retried += retried_now is True
         failed += retried_now is False
+    if readied and on_ready is not None:
+        on_ready(readied)
     return BatchResult(len(claim.units), ok + adopted, retried, failed)
 
 
@@ -227,7 +320,8 @@ def _interrupted(settings, factory, claim, todo, reason: str, limit: float, adop
 
 
 def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, render_share: float,
-                 stages: dict[str, float]) -> VideoOutput | None:
+                 stages: dict[str, float], seam_score: float | None = None,
+                 seam_review: float = float("inf")) -> VideoOutput | None:
     t0 = time.perf_counter()
     data = encode_mp4(frames, unit.fps)
     digest = hashlib.sha256(data).hexdigest()
@@ -239,7 +333,8 @@ def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, render_share:
         metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": claim.batch.shape.model},
     )
     t2 = time.perf_counter()
-    return VideoOutput(stored.uri, stored.bytes, stored.sha256, render_share, t1 - t0, t2 - t1, dict(stages))
+    return VideoOutput(stored.uri, stored.bytes, stored.sha256, render_share, t1 - t0, t2 - t1, dict(stages),
+                       seam_score, seam_score is not None and seam_score > seam_review)
 
 
 class LeaseKeeper:

@@ -20,6 +20,7 @@ def report_dict(run: Run, videos: list[tuple[Video, int]]) -> dict:
             "steps": v.steps, "guidance": v.guidance, "bytes": v.bytes, "sha256": v.sha256,
             "attempts": v.attempts, "error": v.last_error,
             "render_s": v.render_s, "encode_s": v.encode_s, "upload_s": v.upload_s,
+            "chunks": v.chunks, "seam_score": v.seam_score, "needs_review": v.needs_review,
             "cost_usd": micro / 1e6,
         })
     succeeded = counts[Status.SUCCEEDED.value]
@@ -39,11 +40,13 @@ def report_dict(run: Run, videos: list[tuple[Video, int]]) -> dict:
 def print_report(console: Console, data: dict) -> None:
     console.print(f"run {data['run_id']} [bold]{data['name']}[/] ({data['model']}) -> {data['output']}",
                   highlight=False)
-    table = Table("id", "status", "frames", "size", "KiB", "sha256", "cost $", box=None, pad_edge=False)
+    table = Table("id", "status", "frames", "size", "chunks", "seams", "KiB", "sha256", "cost $", box=None,
+                  pad_edge=False)
     for v in data["videos"]:
         kib = f"{v['bytes'] / 1024:.1f}" if v["bytes"] is not None else ""
-        table.add_row(v["id"], v["status"], f"{v['frames']}@{v['fps']}", f"{v['width']}x{v['height']}", kib,
-                      (v["sha256"] or "")[:12], f"{v['cost_usd']:.6f}")
+        seams = "" if v["seam_score"] is None else f"{v['seam_score']:.2f}" + (" REVIEW" if v["needs_review"] else "")
+        table.add_row(v["id"], v["status"], f"{v['frames']}@{v['fps']}", f"{v['width']}x{v['height']}",
+                      str(v["chunks"]), seams, kib, (v["sha256"] or "")[:12], f"{v['cost_usd']:.6f}")
     console.print(table)
     for v in data["videos"]:
         if v["error"]:

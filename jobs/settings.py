@@ -54,6 +54,8 @@ class Settings:
     step_cache: float = 0.0
     guidance_fraction: float = 1.0
     step_scale: float = 1.0
+    # A long video whose seam score (engine.chunks.seam_score: 1 is seamless) is above this is marked for review.
+    seam_review: float = 2.0
     # Encode, store and record batch k on a background thread while batch k+1 renders (jobs.render.Finisher).
     overlap: bool = True
 
@@ -86,6 +88,7 @@ class Settings:
             step_cache=_fraction(env, "REELBATCH_STEP_CACHE", 0.0, zero_ok=True),
             guidance_fraction=_fraction(env, "REELBATCH_GUIDANCE_FRACTION", 1.0),
             step_scale=_fraction(env, "REELBATCH_STEP_SCALE", 1.0),
+            seam_review=_number(env, "REELBATCH_SEAM_REVIEW", 2.0),
             lease_s=_number(env, "REELBATCH_LEASE_S", 120.0),
             max_attempts=int(_number(env, "REELBATCH_MAX_ATTEMPTS", 3)),
             retry_backoff_s=_number(env, "REELBATCH_RETRY_BACKOFF_S", 10.0),
@@ -115,16 +118,22 @@ class Settings:
             raise UsageError(f"REELBATCH_MODELS: cannot read {self.models_file}: {exc.strerror}") from None
 
 
-def _number(env: dict[str, str], name: str, default: float) -> float:
+def _float(env: dict[str, str], name: str) -> float | None:
     raw = env.get(name)
     if raw is None or raw == "":
-        return default
+        return None
     try:
-        value = float(raw)
+        return float(raw)
     except ValueError:
         raise UsageError(f"environment variable {name}: expected a number, got {raw!r}") from None
+
+
+def _number(env: dict[str, str], name: str, default: float) -> float:
+    value = _float(env, name)
+    if value is None:
+        return default
     if not value > 0 or value == float("inf"):
-        raise UsageError(f"environment variable {name}: must be a positive finite number, got {raw!r}")
+        raise UsageError(f"environment variable {name}: must be a positive finite number, got {env[name]!r}")
     return value
 
 
@@ -142,15 +151,11 @@ def _attention(name: str) -> str:
 
 
 def _fraction(env: dict[str, str], name: str, default: float, zero_ok: bool = False) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
+    value = _float(env, name)
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise UsageError(f"environment variable {name}: expected a number, got {raw!r}") from None
     if not (0 <= value <= 1 if zero_ok else 0 < value <= 1):
-        raise UsageError(f"environment variable {name}: must be in {'[0' if zero_ok else '(0'}, 1], got {raw!r}")
+        raise UsageError(f"environment variable {name}: must be in {'[0' if zero_ok else '(0'}, 1], got {env[name]!r}")
     return value
 
 

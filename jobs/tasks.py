@@ -56,7 +56,9 @@ def render_next() -> dict:
     _busy.set()
     try:
         _compile_ahead(settings, engine, factory)
-        result = render_next_batch(settings, engine, factory, _finisher() if settings.overlap else None)
+        app = render_next.app
+        result = render_next_batch(settings, engine, factory, _finisher() if settings.overlap else None,
+                                   on_ready=lambda n: send_tickets(n, app=app))
     finally:
         _busy.clear()
     if result.claimed and leases.claimable(factory):

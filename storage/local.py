@@ -96,6 +96,13 @@ class LocalStore(Store):
         except OSError as exc:
             raise _store_error(exc, self.uri_for(key)) from exc
 
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise _store_error(exc, self.uri_for(key)) from exc
+
     def _path(self, key: str) -> Path:
         path = self.root / check_key(key)
         # check_key already rules out '..' and absolute keys; this guards the rule itself.

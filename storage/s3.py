@@ -132,6 +132,10 @@ class S3Store(Store):
                 stored = sha256_hex(self._client.get_object(Bucket=self.bucket, Key=full_key)["Body"].read())
         return StoredObject(uri=self.uri_for(key), key=key, bytes=head["ContentLength"], sha256=stored, existed=True)
 
+    def delete(self, key: str) -> None:
+        with self._errors(self.uri_for(key)):
+            self._client.delete_object(Bucket=self.bucket, Key=self._full_key(key))
+
     def _full_key(self, key: str) -> str:
         return self.prefix + check_key(key)
 

@@ -82,6 +82,11 @@ class Store(ABC):
     def stat(self, key: str) -> StoredObject | None:
         """The object at `key` (size and SHA-256, existed=True), or None if the key is free."""
 
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object at `key`; nothing if there is none. Only for reelbatch's own scratch objects (a long
+        video's chunk checkpoints): a stored video is never deleted."""
+
 
 def check_key(key: str) -> str:
     """Return `key` if it is a plain relative key (`run/video-1.mp4`), else raise ValueError.

@@ -66,6 +66,24 @@ def test_run_jsonl_with_run_level_options(cli, tmp_path):
     assert (tmp_path / "elsewhere" / "from-jsonl").is_dir()
 
 
+def test_run_a_long_video_in_chunks_beside_a_short_one(cli, tmp_path):
+    """9 s of `tiny` (73 frames: 3 chunks of its 33-frame window) and a 4 s video of the window's shape, through the
+    CLI and a Celery worker: each finished chunk hands the worker a ticket for the next."""
+    manifest = tmp_path / "long.yaml"
+    manifest.write_text("name: long\ndefaults: {steps: 2}\nvideos:\n  - {id: long, prompt: a long one, duration_s: 9}"
+                        "\n  - {id: short, prompt: a short one, duration_s: 4}\n")
+    report = cli.json("run", str(manifest))
+    check_videos(report, lambda uri: open(uri[len("file://"):], "rb").read())
+    videos = {v["id"]: v for v in report["videos"]}
+    assert (videos["long"]["frames"], videos["long"]["chunks"]) == (73, 3)
+    assert (videos["short"]["frames"], videos["short"]["chunks"], videos["short"]["seam_score"]) == (33, 1, None)
+    assert videos["long"]["seam_score"] > 0 and isinstance(videos["long"]["needs_review"], bool)
+    assert decode_frames((tmp_path / "outputs" / "long" / "long.mp4").read_bytes()).shape[0] == 73
+    assert not any((tmp_path / "outputs" / "_chunks").rglob("*.safetensors")), "checkpoints removed"
+    text = cli("report", "long").stdout
+    assert "long" in text and " 3 " in text, text
+
+
 def test_bad_manifest_exits_2_and_writes_nothing(cli, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nvideos:\n  - id: a\n    prompt: ok\n    seeed: 3\n  - id: a\n    prompt: dup\n")

@@ -135,3 +135,21 @@ def test_ladder_levels_must_be_whole_numbers(tmp_path, option, value):
 @pytest.mark.parametrize("batch, workers, videos", [(1, 1, 16), (2, 2, 16), (8, 1, 24), (16, 2, 96), (4, 2, 24)])
 def test_a_ladder_level_is_whole_batches_for_every_worker(batch, workers, videos):
     assert level_videos(batch, workers) == videos and videos % (batch * workers) == 0
+
+
+def test_bench_long_reports_chunked_and_full_length_side_by_side(tmp_path, model_cache):
+    """The small preset (toy, 9-frame window) at 1x and 4x: 1 and 5 chunks, each case in its own process."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
+           "REELBATCH_CACHE_DIR": str(model_cache)}
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "--preset", "small", "--long", "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["frames"] == {"1x": 9, "4x": 33} and r["chunks"] == {"1x": 1, "4x": 5} and r["chunk_ratio"] == 5
+    one, many = r["cases"]["chunked_1x"], r["cases"]["chunked_4x"]
+    assert r["time_ratio"] == pytest.approx(many["seconds"] / one["seconds"])
+    assert r["peak_memory_ratio"] == pytest.approx(many["peak_mb"] / one["peak_mb"])
+    assert r["seam_score"] == many["seam_score"] > 0 and one["seam_score"] is None
+    assert set(many["stages"]) == {"text", "denoise", "decode"}
+    assert r["full_length"]["time_ratio"] > 0 and r["full_length"]["peak_memory_ratio"] > 0
+    assert not list(tmp_path.iterdir())

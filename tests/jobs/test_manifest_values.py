@@ -206,23 +206,25 @@ def test_huge_integer_in_yaml(tmp_path):
 
 
 def test_too_long_for_the_model_names_the_max_duration(tmp_path):
-    issue = expect(one_video(tmp_path, ["duration_s: 5"]), 5, "videos[0].duration_s", "5 s at 8 fps is 41 frames",
-                   "at most 33 frames", "4.125 s at 8 fps")
+    issue = expect(one_video(tmp_path, ["duration_s: 300"]), 5, "videos[0].duration_s",
+                   "300 s at 8 fps is 2401 frames, 86 chunks of tiny's 33-frame window", "at most 64 chunks "
+                   "(1797 frames)", "224.625 s at 8 fps")
     assert "tiny" in issue.message
 
 
 def test_too_long_is_reported_beside_other_problems_of_the_video(tmp_path):
-    path = one_video(tmp_path, ["fps: 60", "steps: 0"])
-    expect(path, 5, "videos[0].duration_s", "1 s at 60 fps is 61 frames")
-    expect(path, 6, "videos[0].steps", "got 0")
+    path = one_video(tmp_path, ["duration_s: 100", "fps: 60", "steps: 0"])
+    expect(path, 5, "videos[0].duration_s", "100 s at 60 fps is 6001 frames")
+    expect(path, 7, "videos[0].steps", "got 0")
 
 
 def test_too_long_from_defaults_is_reported_once_at_defaults(tmp_path):
-    path = write(tmp_path, "name: t\ndefaults:\n  fps: 60\nvideos:\n  - {id: a, prompt: p}\n  - {id: b, prompt: p}\n")
+    path = write(tmp_path, "name: t\ndefaults:\n  duration_s: 100\n  fps: 60\nvideos:\n  - {id: a, prompt: p}\n"
+                           "  - {id: b, prompt: p}\n")
     with pytest.raises(ManifestError) as info:
         load(path)
-    assert [(i.line, i.field) for i in info.value.issues] == [(3, "defaults.fps")]
-    assert "1 s at 60 fps is 61 frames" in info.value.issues[0].message
+    assert [(i.line, i.field) for i in info.value.issues] == [(3, "defaults.duration_s")]
+    assert "100 s at 60 fps is 6001 frames" in info.value.issues[0].message
 
 
 @pytest.mark.parametrize("value, shown", [

@@ -135,6 +135,18 @@ def test_concurrent_writers_create_the_file_once(local_store, video):
     assert store.get(KEY) == video
 
 
+def test_delete_removes_scratch_objects_and_ignores_missing_ones(store):
+    data = b"chunk latents"
+    store.put("_chunks/run/v/0-1.safetensors", data, sha256=sha256_hex(data), content_type="application/octet-stream",
+              metadata={})
+    assert store.exists("_chunks/run/v/0-1.safetensors")
+    store.delete("_chunks/run/v/0-1.safetensors")
+    assert not store.exists("_chunks/run/v/0-1.safetensors")
+    store.delete("_chunks/run/v/0-1.safetensors")  # already gone: nothing to do
+    with pytest.raises(ValueError):
+        store.delete("../outside")
+
+
 def test_missing_object(store):
     with pytest.raises(ObjectNotFound):
         store.get("myrun/nothing.mp4")

@@ -1,0 +1,94 @@
+"""Long videos as a chain of same-shape chunks: the plan, the stitch, and the seam score.
+
+A model renders at most a window of frames (ModelInfo.max_frames: what it was trained on). A longer video is planned
+in latent frames (Wan's causal VAE: latent 0 is one frame, every later latent `temporal_factor` frames): N chunks of
+the window's latent length, each overlapping the one before by `overlap` latents. Chunk k+1 is generated with its
+first `overlap` latents tied to chunk k's last ones (re-noised to each step's noise level: engine.denoise), and the
+stitched latent video keeps chunk 0 whole and, from each later chunk, a crossfade over the overlap and the rest.
+Every chunk has the window's shape, so chunks batch with short videos of that shape; cost grows linearly with the
+number of chunks and memory stays at one window. The last chunk renders a whole window too (same shape) and the
+stitched latents are cut to the video's length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    frames: int  # the video's frames (temporal_factor * k + 1)
+    window: int  # frames per chunk, the model's window
+    overlap: int  # latent frames shared by consecutive chunks
+    temporal_factor: int
+
+    @property
+    def latents(self) -> int:
+        """The video's latent frames."""
+        return (self.frames - 1) // self.temporal_factor + 1
+
+    @property
+    def window_latents(self) -> int:
+        return (self.window - 1) // self.temporal_factor + 1
+
+    @property
+    def chunks(self) -> int:
+        if self.latents <= self.window_latents:
+            return 1
+        return 1 + math.ceil((self.latents - self.window_latents) / (self.window_latents - self.overlap))
+
+    def start(self, chunk: int) -> int:
+        """The latent index of the video where `chunk` begins."""
+        return chunk * (self.window_latents - self.overlap)
+
+    def seams(self) -> list[int]:
+        """Output frame indices where a chunk's own content begins (after its overlap), for each chunk after the
+        first that reaches into the video."""
+        out = []
+        for k in range(1, self.chunks):
+            latent = self.start(k) + self.overlap  # the first latent this chunk adds
+            if latent < self.latents:
+                out.append(1 + (latent - 1) * self.temporal_factor)
+        return out
+
+
+def plan(frames: int, window: int, overlap: int, temporal_factor: int) -> ChunkPlan:
+    """Chunks for a video of `frames`; a video within the window is one chunk. ValueError names what is wrong."""
+    for name, value in (("frames", frames), ("window", window)):
+        if value < 1 or (value - 1) % temporal_factor:
+            raise ValueError(f"{name} {value} is not {temporal_factor}k+1")
+    result = ChunkPlan(frames, window, overlap, temporal_factor)
+    if result.latents > result.window_latents and not 0 < overlap < result.window_latents:
+        raise ValueError(f"overlap {overlap} latents must be between 1 and {result.window_latents - 1}")
+    return result
+
+
+def stitch(chunks: list[torch.Tensor], chunk_plan: ChunkPlan) -> torch.Tensor:
+    """One latent video (C, F, h, w) from the chunks' latents (each C, window_latents, h, w): chunk 0 whole, then
+    each later chunk crossfaded over the overlap (weights linear from the earlier chunk to the later) and appended;
+    cut to the video's latent length."""
+    if len(chunks) != chunk_plan.chunks:
+        raise ValueError(f"{len(chunks)} chunks given, the plan has {chunk_plan.chunks}")
+    video = chunks[0]
+    o = chunk_plan.overlap
+    for chunk in chunks[1:]:
+        ramp = torch.linspace(0, 1, o + 2, dtype=chunk.dtype, device=chunk.device)[1:-1].view(1, o, 1, 1)
+        blended = video[:, -o:] * (1 - ramp) + chunk[:, :o] * ramp
+        video = torch.cat([video[:, :-o], blended, chunk[:, o:]], dim=1)
+    return video[:, : chunk_plan.latents]
+
+
+def seam_score(frames: np.ndarray, seams: list[int]) -> float | None:
+    """Mean absolute frame-to-frame difference across the seams over the mean within chunks: about 1 when a seam
+    looks like any other step of the motion, higher when the picture jumps. None without seams."""
+    if not seams:
+        return None
+    steps = np.abs(np.diff(frames.astype(np.float32), axis=0)).mean(axis=(1, 2, 3))  # steps[i]: frame i -> i + 1
+    at_seam = np.zeros(len(steps), dtype=bool)
+    at_seam[[s - 1 for s in seams]] = True
+    inside = steps[~at_seam].mean()
+    return float(steps[at_seam].mean() / inside) if inside > 0 else float("inf")

@@ -1,0 +1,63 @@
+"""Chunk planning, stitching and the seam score: plain arithmetic, checked as tables."""
+
+import numpy as np
+import pytest
+import torch
+
+from engine.chunks import plan, seam_score, stitch
+
+
+@pytest.mark.parametrize("frames, window, overlap, t, chunks, latents, seams", [
+    # Within the window: one chunk, no seam.
+    (9, 9, 2, 2, 1, 5, []),
+    (5, 9, 2, 2, 1, 3, []),
+    (81, 81, 2, 4, 1, 21, []),
+    # The toy model (window 9 frames = 5 latents, stride 3 latents; latent j >= 1 holds frames 2j-1 and 2j):
+    # 4x the window's second is 33 frames; each later chunk's own frames begin 6 frames after the last's.
+    (33, 9, 2, 2, 5, 17, [9, 15, 21, 27]),
+    (11, 9, 2, 2, 2, 6, [9]),  # one latent past the window: a whole second chunk, then cut to the video
+    (15, 9, 2, 2, 2, 8, [9]),
+    (17, 9, 2, 2, 3, 9, [9, 15]),  # 9 latents need 5 + 3 + 1: the last chunk renders whole and is cut
+    # Wan (81 frames = 21 latents), 2 latents (8 frames) of overlap: 10 s at 16 fps is 161 frames.
+    (161, 81, 2, 4, 3, 41, [81, 157]),
+    (321, 81, 2, 4, 5, 81, [81, 157, 233, 309]),
+])
+def test_plans(frames, window, overlap, t, chunks, latents, seams):
+    p = plan(frames, window, overlap, t)
+    assert (p.chunks, p.latents, p.seams()) == (chunks, latents, seams)
+    # Every chunk is a whole window, and together they cover the video.
+    assert p.start(p.chunks - 1) + p.window_latents >= p.latents
+    assert p.chunks == 1 or p.start(p.chunks - 2) + p.window_latents < p.latents, "no chunk beyond the need"
+
+
+@pytest.mark.parametrize("frames, window, overlap, message", [
+    (10, 9, 2, "frames 10 is not 2k\\+1"),
+    (33, 8, 2, "window 8 is not 2k\\+1"),
+    (33, 9, 5, "overlap 5 latents must be between 1 and 4"),
+    (33, 9, 0, "overlap 0 latents must be between 1 and 4"),
+])
+def test_bad_plans_say_what_is_wrong(frames, window, overlap, message):
+    with pytest.raises(ValueError, match=message):
+        plan(frames, window, overlap, 2)
+
+
+def test_stitch_keeps_the_first_chunk_crossfades_the_overlap_and_cuts_to_length():
+    p = plan(15, 9, 2, 2)  # 8 latents from two chunks of 5, overlapping by 2
+    a = torch.zeros(1, 5, 2, 2)
+    b = torch.ones(1, 5, 2, 2)
+    video = stitch([a, b], p)
+    assert video.shape == (1, 8, 2, 2)
+    per_frame = video[0, :, 0, 0].tolist()
+    assert per_frame == pytest.approx([0, 0, 0, 1 / 3, 2 / 3, 1, 1, 1])
+    with pytest.raises(ValueError, match="2 chunks given, the plan has 5"):
+        stitch([a, b], plan(33, 9, 2, 2))
+
+
+def test_seam_score_is_about_one_for_steady_motion_and_high_for_a_jump():
+    frames = np.zeros((17, 8, 8, 3), dtype=np.uint8)
+    for i in range(17):
+        frames[i] = i * 5  # a steady fade: every step alike
+    assert seam_score(frames, [11]) == pytest.approx(1.0)
+    frames[11:] += 60  # the picture jumps where the second chunk's own frames begin
+    assert seam_score(frames, [11]) > 5
+    assert seam_score(frames, []) is None
