@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from jobs import queries
 from jobs.console import err, fail, out
@@ -22,6 +23,7 @@ from jobs.errors import ReelbatchError, UsageError
 from jobs.report import report_dict, print_report
 from jobs.settings import Settings, absolute_output
 from jobs.status import Status
+from storage.stores import StoreError
 
 app = typer.Typer(help="Batch-render text-to-video manifests to verified MP4s with cost records.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
@@ -98,7 +100,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
         run_row, videos = queries.load_report(factory, str(s.run_id))
     except ReelbatchError as exc:
         fail(exc)
-    report = report_dict(run_row, videos)
+    report = report_dict(run_row, videos, settings.price())
     if json_:
         out.print_json(json.dumps(report))
     else:
@@ -214,7 +216,6 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
              "total": r.total, "counts": r.counts} for r in rows]}))
         return
-    from rich.table import Table
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
                   box=None, pad_edge=False)
@@ -225,17 +226,72 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
 
 
 @app.command()
-def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: JsonOpt = False) -> None:
-    """Per-video outputs, frames, bytes, checksums and cost."""
+def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: JsonOpt = False,
+           results: Annotated[bool, typer.Option(
+               "--results", help="Also write results.jsonl and errors.jsonl next to the run's videos.")] = False,
+           ) -> None:
+    """Counts, failures by reason, throughput, queue wait and render latency percentiles, stage seconds, cost per
+    successful video and per video-second, gross margin, and per-video outputs, checksums and cost."""
     try:
-        run_row, videos = queries.load_report(session_factory(Settings.from_env().database_url), run)
+        settings = Settings.from_env()
+        factory = session_factory(settings.database_url)
+        run_row, videos = queries.load_report(factory, run)
+        if results:
+            from jobs.results import write_results
+
+            try:
+                for uri in write_results(factory, run):
+                    err.print(f"wrote {uri}", highlight=False)
+            except StoreError as exc:
+                raise ReelbatchError(f"writing the result files of run {run}: {exc}") from None
     except ReelbatchError as exc:
         fail(exc)
-    data = report_dict(run_row, videos)
+    data = report_dict(run_row, videos, settings.price())
     if json_:
         out.print_json(json.dumps(data))
     else:
         print_report(out, data)
+
+
+@app.command()
+def capacity(
+    run: Annotated[str, typer.Option("--run", help="A finished run (name or id) to plan from.")],
+    gpus: Annotated[int, typer.Option("--gpus", min=1, max=100000, help="GPUs to plan for.")] = 1,
+    run_gpus: Annotated[int, typer.Option("--run-gpus", min=1, max=100000,
+                                          help="GPUs (workers) that rendered the run.")] = 1,
+    headroom: Annotated[float, typer.Option("--headroom", min=0, max=0.9, help="Budget headroom.")] = 0.2,
+    json_: JsonOpt = False,
+) -> None:
+    """Videos per day and month, cost per video and margin for N GPUs at three levels (theoretical ceiling,
+    sustainable, budget), from what RUN measured, with every assumption printed."""
+    from jobs.capacity import plan
+
+    try:
+        settings = Settings.from_env()
+        run_row, videos = queries.load_report(session_factory(settings.database_url), run)
+        try:
+            result = plan(run_row, videos, gpus=gpus, run_gpus=run_gpus, gpu_hour_usd=settings.gpu_hour_usd,
+                          gpu_hour_source=settings.gpu_hour_source, price=settings.price(), headroom=headroom)
+        except ValueError as exc:
+            raise UsageError(f"--run {run}: {exc}") from None
+    except ReelbatchError as exc:
+        fail(exc)
+    if json_:
+        out.print_json(json.dumps(result))
+        return
+    out.print(f"[bold]capacity[/bold] of {gpus} GPU(s), from run {result['run']}", highlight=False)
+    table = Table("level", "videos/hour", "videos/day", "videos/month", "cost/video $", "margin", box=None)
+    for lv in result["levels"]:
+        table.add_row(lv["name"], f"{lv['videos_per_hour']:.1f}", f"{lv['videos_per_day']:.0f}",
+                      f"{lv['videos_per_month']:.0f}", f"{lv['cost_per_video_usd']:.6f}", f"{lv['gross_margin']:.1%}")
+    out.print(table)
+    a = result["assumptions"]
+    out.print(f"assumptions: {a['gpu_seconds_per_successful_video']:.2f} GPU-s per successful video; utilisation "
+              f"measured {a['measured_utilisation']:.0%} on {a['run_gpus']} GPU(s), used "
+              f"{a['utilisation_used']:.0%} (capped at {a['utilisation_cap']:.0%}); retry rate {a['retry_rate']:.1%}; "
+              f"headroom {a['headroom']:.0%}; ${a['gpu_hour_usd']:g}/GPU-hour ({a['gpu_hour_source']}); "
+              f"${a['price_per_video_second_usd']:g}/video-second ({a['price_source']}), mean video "
+              f"{a['mean_video_length_s']:.2f} s; {a['days_per_month']} days a month. {a['note']}.", highlight=False)
 
 
 @db_app.command("upgrade")

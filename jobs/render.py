@@ -296,7 +296,21 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, 
         failed += retried_now is False
     if readied and on_ready is not None:
         on_ready(readied)
+    if ok or failed:
+        _results_if_done(factory, {u.run_name for u in todo})
     return BatchResult(len(claim.units), ok + adopted, retried, failed)
+
+
+def _results_if_done(factory, runs: set[str]) -> None:
+    """The run's results.jsonl and errors.jsonl, once its last video is done (best effort: `reelbatch report RUN
+    --results` writes them again)."""
+    from jobs.results import write_if_done
+
+    for run in sorted(runs):
+        try:
+            write_if_done(factory, run)
+        except Exception as exc:  # noqa: BLE001 - the videos are stored and recorded; only the summary is missing
+            log.warning("could not write the result files of run %s: %s", run, exc)
 
 
 def _retry(settings, factory, unit: ClaimedUnit, error: str, *, solo: bool = False) -> bool | None:

@@ -1,15 +1,89 @@
-"""A run's report as plain data (for --json) and as a table (for people)."""
+"""A run's report as plain data (for --json) and as a table (for people).
+
+Denominators count successful videos only (a failed video's cost stays in the total). Throughput is over the run's
+active span: first claim to last stored video. Queue wait is submission to first claim; render latency is first claim
+to stored object (a long video's spans all its chunks).
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from jobs.models import Run, Video
 from jobs.status import Status
 
+STAGES = ("text", "denoise", "decode", "encode", "upload")
 
-def report_dict(run: Run, videos: list[tuple[Video, int]]) -> dict:
+
+@dataclass(frozen=True)
+class Price:
+    """What a video-second sells for, to compute gross margin against (a setting, with its source)."""
+
+    usd_per_video_s: float
+    source: str
+
+
+def failure_reason(error: str | None) -> str:
+    """A failed video's reason, for grouping: its error's class ("ObjectConflict", "RenderError", "lease expired")."""
+    if not error:
+        return "unknown"
+    error = re.sub(r"^failed after \d+ attempts: ", "", error)
+    head = error.split(":", 1)[0].strip()
+    return head if len(head) <= 60 else head[:57] + "..."
+
+
+def _percentiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {q: float(np.percentile(values, int(q[1:]))) for q in ("p50", "p95", "p99")} | {"max": float(max(values))}
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def summary(run: Run, videos: list[tuple[Video, int]], price: Price | None = None) -> dict:
+    ok = [v for v, _ in videos if Status(v.status) is Status.SUCCEEDED]
+    claimed = [v for v, _ in videos if v.started_at is not None]
+    total_micro = sum(m for _, m in videos)
+    video_seconds = sum(v.duration_s for v in ok)
+    span = ((max(_utc(v.finished_at) for v in ok) - min(_utc(v.started_at) for v in claimed)).total_seconds()
+            if ok and claimed else 0.0)
+    failures: dict[str, int] = {}
+    for v, _ in videos:
+        if Status(v.status) is Status.FAILED:
+            reason = failure_reason(v.last_error)
+            failures[reason] = failures.get(reason, 0) + 1
+    cost = {
+        "total_usd": total_micro / 1e6,
+        # Success-only denominators: failed videos' cost stays in the total.
+        "per_successful_video_usd": (total_micro / len(ok) / 1e6) if ok else None,
+        "per_video_second_usd": (total_micro / video_seconds / 1e6) if video_seconds else None,
+    }
+    margin = None
+    if price is not None and video_seconds:
+        revenue = price.usd_per_video_s * video_seconds
+        margin = {"price_per_video_second_usd": price.usd_per_video_s, "source": price.source,
+                  "revenue_usd": revenue, "gross_margin": (revenue - total_micro / 1e6) / revenue}
+    return {
+        "failures_by_reason": failures,
+        "throughput": {"span_s": span, "videos_per_hour": 3600 * len(ok) / span if span else None,
+                       "video_seconds_per_hour": 3600 * video_seconds / span if span else None},
+        "queue_wait_s": _percentiles([(_utc(v.started_at) - _utc(run.created_at)).total_seconds() for v in claimed]),
+        "render_latency_s": _percentiles([(_utc(v.finished_at) - _utc(v.started_at)).total_seconds() for v in ok]),
+        "stages_s": {stage: sum(getattr(v, f"{stage}_s") or 0.0 for v in ok) for stage in STAGES},
+        "cost": cost,
+        "gross_margin": margin,
+    }
+
+
+def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None = None) -> dict:
     counts = {s.value: 0 for s in Status}
     rows = []
     for v, micro in videos:
@@ -23,16 +97,11 @@ def report_dict(run: Run, videos: list[tuple[Video, int]]) -> dict:
             "chunks": v.chunks, "seam_score": v.seam_score, "needs_review": v.needs_review,
             "cost_usd": micro / 1e6,
         })
-    succeeded = counts[Status.SUCCEEDED.value]
-    total_micro = sum(m for _, m in videos)
+    extra = summary(run, videos, price)
     return {
         "run_id": run.id, "name": run.name, "model": run.model, "output": run.output, "priority": run.priority,
         "source": run.source, "created_at": run.created_at.isoformat(), "counts": counts,
-        "cost": {
-            "total_usd": total_micro / 1e6,
-            # Success-only denominator: failed videos' cost stays in the total.
-            "per_successful_video_usd": (total_micro / succeeded / 1e6) if succeeded else None,
-        },
+        "cost": extra.pop("cost"), **extra,
         "videos": rows,
     }
 
@@ -55,3 +124,22 @@ def print_report(console: Console, data: dict) -> None:
     per = data["cost"]["per_successful_video_usd"]
     per_text = f"${per:.6f} per successful video" if per is not None else "no successful videos"
     console.print(f"{counts}; total ${data['cost']['total_usd']:.6f}, {per_text}", highlight=False)
+    if data["failures_by_reason"]:
+        console.print("failures: " + ", ".join(f"{n} {reason}" for reason, n in data["failures_by_reason"].items()),
+                      markup=False, highlight=False)
+    t = data["throughput"]
+    if t["videos_per_hour"]:
+        console.print(f"throughput {t['videos_per_hour']:.1f} videos/hour, {t['video_seconds_per_hour']:.1f} "
+                      f"video-seconds/hour over {t['span_s']:.1f} s; cost "
+                      f"${data['cost']['per_video_second_usd']:.6f} per video-second", highlight=False)
+    for name, key in (("queue wait", "queue_wait_s"), ("render latency", "render_latency_s")):
+        q = data[key]
+        if q:
+            console.print(f"{name} s: P50 {q['p50']:.2f}, P95 {q['p95']:.2f}, P99 {q['p99']:.2f}", highlight=False)
+    stages = data["stages_s"]
+    if any(stages.values()):
+        console.print("stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()), highlight=False)
+    m = data["gross_margin"]
+    if m:
+        console.print(f"gross margin {m['gross_margin']:.1%} at ${m['price_per_video_second_usd']:g} per "
+                      f"video-second ({m['source']})", highlight=False)

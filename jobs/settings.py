@@ -13,6 +13,10 @@ from jobs.errors import UsageError
 # (2025-2026 price lists; see shared REFERENCES.md "Cost"). Operators set their own rate and source.
 DEFAULT_GPU_HOUR_USD = 5.41
 DEFAULT_GPU_HOUR_SOURCE = "AWS EC2 Capacity Blocks, H200, per accelerator-hour (public price list, 2025-2026)"
+# What a second of generated video sells for, for gross margin: hosted Wan 2.2 A14B is $0.04-0.08 per second by
+# resolution (vendor price pages, 2025-2026); the middle of that range.
+DEFAULT_PRICE_PER_VIDEO_S = 0.06
+DEFAULT_PRICE_SOURCE = "hosted Wan 2.2 A14B, $0.04-0.08 per video-second by resolution (vendor price pages, 2025-2026)"
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class Settings:
     gpu_hour_usd: float
     gpu_hour_source: str
     max_batch: int
+    price_per_video_s: float = DEFAULT_PRICE_PER_VIDEO_S
+    price_source: str = DEFAULT_PRICE_SOURCE
     # A claim is held this long unless renewed (renewed every third of it while rendering): the longest a killed or
     # frozen worker can hold work before another takes it over.
     lease_s: float = 120.0
@@ -77,6 +83,8 @@ class Settings:
             gpu_hour_usd=_number(env, "REELBATCH_GPU_HOUR_USD", DEFAULT_GPU_HOUR_USD),
             gpu_hour_source=env.get("REELBATCH_GPU_HOUR_SOURCE") or DEFAULT_GPU_HOUR_SOURCE,
             max_batch=int(_number(env, "REELBATCH_MAX_BATCH", 4)),
+            price_per_video_s=_number(env, "REELBATCH_PRICE_PER_VIDEO_S", DEFAULT_PRICE_PER_VIDEO_S),
+            price_source=env.get("REELBATCH_PRICE_SOURCE") or DEFAULT_PRICE_SOURCE,
             device=env.get("REELBATCH_DEVICE") or "auto",
             text_cache=_switch(env, "REELBATCH_TEXT_CACHE", True),
             offload_text_encoder=_switch(env, "REELBATCH_OFFLOAD_TEXT_ENCODER", True),
@@ -105,6 +113,11 @@ class Settings:
                             batched_guidance=self.batched_guidance, fast_vae_norm=self.fast_vae_norm,
                             compile=self.compile, attention=self.attention, step_cache=self.step_cache,
                             guidance_fraction=self.guidance_fraction, step_scale=self.step_scale)
+
+    def price(self):
+        from jobs.report import Price
+
+        return Price(self.price_per_video_s, self.price_source)
 
     def registry(self):
         from engine.errors import ModelNotFound

@@ -96,6 +96,24 @@ class LocalStore(Store):
         except OSError as exc:
             raise _store_error(exc, self.uri_for(key)) from exc
 
+    def replace(self, key: str, data: bytes, *, content_type: str) -> str:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            _fsync_dir(path.parent)
+        except OSError as exc:
+            raise _store_error(exc, self.uri_for(key)) from exc
+        return self.uri_for(key)
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:

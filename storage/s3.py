@@ -132,6 +132,12 @@ class S3Store(Store):
                 stored = sha256_hex(self._client.get_object(Bucket=self.bucket, Key=full_key)["Body"].read())
         return StoredObject(uri=self.uri_for(key), key=key, bytes=head["ContentLength"], sha256=stored, existed=True)
 
+    def replace(self, key: str, data: bytes, *, content_type: str) -> str:
+        with self._errors(self.uri_for(key)):
+            self._client.put_object(Bucket=self.bucket, Key=self._full_key(key), Body=data, ContentType=content_type,
+                                    ChecksumSHA256=base64.b64encode(bytes.fromhex(sha256_hex(data))).decode("ascii"))
+        return self.uri_for(key)
+
     def delete(self, key: str) -> None:
         with self._errors(self.uri_for(key)):
             self._client.delete_object(Bucket=self.bucket, Key=self._full_key(key))

@@ -83,6 +83,11 @@ class Store(ABC):
         """The object at `key` (size and SHA-256, existed=True), or None if the key is free."""
 
     @abstractmethod
+    def replace(self, key: str, data: bytes, *, content_type: str) -> str:
+        """Write `data` at `key` whatever is there, atomically (readers see the old or the new object, never half);
+        returns its URI. Only for reelbatch's own run files (results.jsonl): a video is never replaced."""
+
+    @abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object at `key`; nothing if there is none. Only for reelbatch's own scratch objects (a long
         video's chunk checkpoints): a stored video is never deleted."""

@@ -1,6 +1,7 @@
 """`reelbatch run` end to end, as a user runs it: real CLI process, real Celery worker, real store, MP4s decoded."""
 
 import hashlib
+import json
 import os
 import sqlite3
 
@@ -45,6 +46,17 @@ def test_run_demo_to_a_local_folder(cli, tmp_path):
         assert v["uri"] == f"file://{tmp_path / 'outputs' / 'demo' / v['id']}.mp4"
         assert probe_mp4(tmp_path / "outputs" / "demo" / f"{v['id']}.mp4").moov_first
     check_videos(report, lambda uri: open(uri[len("file://"):], "rb").read())
+    results = [json.loads(line) for line in (tmp_path / "outputs" / "demo" / "results.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["uri"], r["sha256"]) for r in results] == \
+        [(v["id"], v["uri"], v["sha256"]) for v in report["videos"]]
+    assert (tmp_path / "outputs" / "demo" / "errors.jsonl").read_text() == ""
+    assert report["throughput"]["videos_per_hour"] > 0 and report["render_latency_s"]["p50"] > 0
+    assert report["gross_margin"]["gross_margin"] < 1 and report["cost"]["per_video_second_usd"] > 0
+    plan = cli.json("capacity", "--run", "demo", "--gpus", "8")
+    ceiling, sustainable, budget = plan["levels"]
+    assert ceiling["videos_per_day"] >= sustainable["videos_per_day"] > budget["videos_per_day"] > 0
+    assert plan["assumptions"]["gpu_hour_source"] and plan["assumptions"]["price_source"]
+    assert "ceiling" in cli("capacity", "--run", "demo").stdout
     status = cli.json("status")
     (run,) = status["runs"]
     assert run["name"] == "demo" and run["counts"]["succeeded"] == len(report["videos"])

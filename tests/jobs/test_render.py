@@ -1,6 +1,7 @@
 """One batch through the real path: claim -> tiny engine -> PyAV -> store -> rows, with no Celery in between."""
 
 import dataclasses
+import json
 import time
 
 import pytest
@@ -86,6 +87,14 @@ def test_an_existing_different_object_is_never_overwritten(setup):
         assert s.scalar(select(CostRecord).where(CostRecord.video_id == v1.id)) is None
     assert Status(v1.status) is Status.FAILED
     assert "ObjectConflict" in v1.last_error and "v1.mp4" in v1.last_error
+    # Every video is done, so the worker wrote the run's result files beside the videos, OpenAI Batch style.
+    results = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"]) for r in results] == [("v0", "succeeded"), ("v1", "failed"), ("v2", "succeeded")]
+    ok = results[0]
+    assert ok["uri"] == (folder / "v0.mp4").as_uri() and len(ok["sha256"]) == 64 and ok["cost_usd"] > 0
+    assert (ok["frames"], ok["fps"], ok["chunks"]) == (9, 8, 1) and ok["timings"]["render_s"] > 0
+    (error,) = [json.loads(line) for line in (folder / "errors.jsonl").read_text().splitlines()]
+    assert error["id"] == "v1" and error["code"] == "ObjectConflict" and "v1.mp4" in error["message"]
 
 
 def test_compile_ahead_warms_the_waiting_shape_so_the_first_batch_compiles_nothing(setup, monkeypatch, tmp_path):

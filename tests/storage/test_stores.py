@@ -147,6 +147,13 @@ def test_delete_removes_scratch_objects_and_ignores_missing_ones(store):
         store.delete("../outside")
 
 
+def test_replace_writes_whatever_is_there(store):
+    assert store.replace("run/results.jsonl", b'{"id": "a"}\n', content_type="application/jsonl") == \
+        store.uri_for("run/results.jsonl")
+    store.replace("run/results.jsonl", b'{"id": "a"}\n{"id": "b"}\n', content_type="application/jsonl")
+    assert store.get("run/results.jsonl") == b'{"id": "a"}\n{"id": "b"}\n'
+
+
 def test_missing_object(store):
     with pytest.raises(ObjectNotFound):
         store.get("myrun/nothing.mp4")
