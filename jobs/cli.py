@@ -229,6 +229,8 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
 def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: JsonOpt = False,
            results: Annotated[bool, typer.Option(
                "--results", help="Also write results.jsonl and errors.jsonl next to the run's videos.")] = False,
+           html_file: Annotated[Optional[Path], typer.Option(
+               "--html", help="Also write a self-contained HTML report (contact sheet, charts) to this file.")] = None,
            ) -> None:
     """Counts, failures by reason, throughput, queue wait and render latency percentiles, stage seconds, cost per
     successful video and per video-second, gross margin, and per-video outputs, checksums and cost."""
@@ -247,10 +249,33 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
     except ReelbatchError as exc:
         fail(exc)
     data = report_dict(run_row, videos, settings.price())
+    if html_file is not None:
+        _write_html(html_file, data, run_row, videos, settings)
     if json_:
         out.print_json(json.dumps(data))
     else:
         print_report(out, data)
+
+
+def _write_html(path: Path, data: dict, run_row, videos, settings: Settings) -> None:
+    from jobs.html_report import html_report
+    from storage.encode import decode_frames
+    from storage.stores import open_store
+
+    store = open_store(run_row.output)
+
+    def frames_of(video):
+        try:
+            return decode_frames(store.get(f"{run_row.name}/{video.key}.mp4"))
+        except StoreError as exc:
+            err.print(f"{video.key}: not in the contact sheet: {exc}", markup=False, highlight=False)
+            return None
+
+    try:
+        path.write_text(html_report(data, run_row, videos, frames_of, settings.gpu_hour_usd), encoding="utf-8")
+    except OSError as exc:
+        fail(UsageError(f"--html: cannot write {path}: {exc.strerror}"))
+    err.print(f"wrote {path}", highlight=False)
 
 
 @app.command()

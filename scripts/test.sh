@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 need=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 command -v redis-server >/dev/null || need+=(redis-server)
+command -v chromium >/dev/null || need+=(chromium)  # opens the HTML report in a test
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq

@@ -35,6 +35,20 @@ def _start(start: Callable[[], services.Service]) -> services.Service:
 
 
 @pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's headless Chromium, to open the HTML report as a user's browser would."""
+    import shutil
+
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        exc = services.MissingBinary("chromium", "apt-get install chromium")
+        if os.environ.get("REELBATCH_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"{exc} (REELBATCH_REQUIRE_SERVICES=1)", pytrace=False)
+        pytest.skip(str(exc))
+    return found
+
+
+@pytest.fixture(scope="session")
 def s3_server() -> Iterator[services.S3Server]:
     """moto's S3 server; `.endpoint_url` is its http://127.0.0.1:PORT address. Sets no environment."""
     service = _start(services.start_moto)

@@ -3,7 +3,9 @@
 import hashlib
 import json
 import os
+import re
 import sqlite3
+import subprocess
 
 import boto3
 import pytest
@@ -67,6 +69,24 @@ def test_run_demo_to_a_local_folder(cli, tmp_path):
     for v in report["videos"]:
         verdict = judge_clip(decode_frames((tmp_path / "outputs" / "demo" / f"{v['id']}.mp4").read_bytes()))
         assert verdict.matches(v["prompt"]) == DEMO_JUDGED[v["id"]], (v["id"], verdict)
+
+
+def test_the_html_report_renders_offline_in_a_real_browser(cli, tmp_path, chromium):
+    """The demo's report as one HTML file, opened by headless Chromium with no network: the page's own check finds
+    every contact-sheet image decoded (3 frames x 4 videos), no script error is recorded, and nothing is fetched."""
+    cli("run", str(DEMO))
+    page = tmp_path / "report.html"
+    cli("report", "demo", "--html", str(page))
+    text = page.read_text(encoding="utf-8")
+    assert "http://" not in text and "https://" not in text, "the report must open offline"
+    assert text.count("<svg") == 3 and "a red circle moving left" in text
+    proc = subprocess.run([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={tmp_path / 'chromium'}", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", proc.stdout)
+    assert body is not None, proc.stdout[:2000]
+    assert 'data-rendered="ok:12"' in body.group(0) and "data-errors" not in body.group(0), body.group(0)
 
 
 def test_run_jsonl_with_run_level_options(cli, tmp_path):
