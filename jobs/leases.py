@@ -158,12 +158,17 @@ def _retry_or_fail(s: Session, unit: WorkUnit, video: Video, error: str, *, max_
 
 
 def record_retry(factory: Factory, unit: ClaimedUnit, error: str, *, max_attempts: int, backoff_s: float,
-                 solo: bool = False) -> bool | None:
-    """A failed attempt: retry after `backoff_s` (True) or, past `max_attempts`, fail (False). None: lease lost."""
+                 solo: bool = False, spent_s: float = 0.0, rate: Rate | None = None) -> bool | None:
+    """A failed attempt: retry after `backoff_s` (True) or, past `max_attempts`, fail (False). None: lease lost.
+
+    The `spent_s` seconds the attempt used are charged to the video that needed them (a "retry" cost record), so
+    retries show in its cost and in the run's total, and success-only denominators carry them."""
     with factory.begin() as s:
         rows = _fenced(s, unit)
         if rows is None:
             return None
+        if spent_s > 0 and rate is not None:
+            s.add(_charge(rows[1].id, "retry", spent_s, rate))
         return _retry_or_fail(s, *rows, error, max_attempts=max_attempts,
                               not_before=utcnow() + timedelta(seconds=backoff_s), solo=solo)
 
@@ -223,8 +228,31 @@ class Rate:
     source: str
 
 
-def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: Rate) -> bool:
-    """Mark one video succeeded with its output and its cost record. False if the lease was lost."""
+@dataclass(frozen=True)
+class StoragePrice:
+    """Keeping a stored video (per GB-month, for a number of months) and serving it once (per GB; 0: not charged)."""
+
+    gb_month_usd: float
+    months: float
+    egress_gb_usd: float
+    source: str
+
+    def records(self, video_id: int, size: int) -> list[CostRecord]:
+        gb = size / 1e9
+        out = [CostRecord(video_id=video_id, kind="storage", seconds=0.0, rate_usd_per_hour=0.0,
+                          rate_source=f"${self.gb_month_usd:g}/GB-month x {self.months:g} months ({self.source})",
+                          amount_micro_usd=round(gb * self.gb_month_usd * self.months * 1e6))]
+        if self.egress_gb_usd > 0:
+            out.append(CostRecord(video_id=video_id, kind="egress", seconds=0.0, rate_usd_per_hour=0.0,
+                                  rate_source=f"${self.egress_gb_usd:g}/GB served once ({self.source})",
+                                  amount_micro_usd=round(gb * self.egress_gb_usd * 1e6)))
+        return out
+
+
+def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: Rate,
+                   storage: StoragePrice | None = None) -> bool:
+    """Mark one video succeeded with its output and its cost records (GPU seconds; storage and egress by its size).
+    False if the lease was lost."""
     with factory.begin() as s:
         rows = _fenced(s, unit)
         if rows is None:
@@ -242,10 +270,15 @@ def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: 
         video.encode_s, video.upload_s = out.encode_s, out.upload_s
         video.seam_score, video.needs_review = out.seam_score, out.needs_review
         video.last_error = row.last_error = None
-        seconds = video.render_s + out.encode_s + out.upload_s
-        s.add(CostRecord(video_id=video.id, kind="gpu", seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,
-                         rate_source=rate.source, amount_micro_usd=round(seconds * rate.usd_per_hour / 3600 * 1e6)))
+        s.add(_charge(video.id, "gpu", video.render_s + out.encode_s + out.upload_s, rate))
+        if storage is not None:
+            s.add_all(storage.records(video.id, out.bytes))
         return True
+
+
+def _charge(video_id: int, kind: str, seconds: float, rate: Rate) -> CostRecord:
+    return CostRecord(video_id=video_id, kind=kind, seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,
+                      rate_source=rate.source, amount_micro_usd=round(seconds * rate.usd_per_hour / 3600 * 1e6))
 
 
 def record_chunk(factory: Factory, unit: ClaimedUnit, checkpoint: str, render_s: float,

@@ -139,10 +139,12 @@ def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Fin
                                                          zip(claim.batch.requests, claim.units) if u in todo))
             rendered = engine.render(batch, should_stop=keeper.should_stop)
         except RenderInterrupted as exc:
-            return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted)
+            spent = (time.perf_counter() - started) / len(todo)
+            return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted, spent)
         except Exception as exc:  # noqa: BLE001 - every failure of a batch is a failed attempt for its videos
-            log.exception("batch of %d (%s) failed", len(todo), batch.shape.key())
-            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted)
+            log.exception("batch of %d (%s) failed", len(todo), claim.batch.shape.key())
+            spent = (time.perf_counter() - started) / len(todo)
+            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted, spent)
         # The batch's render time is shared equally: its videos have the same shape, so the same work.
         render_share = (time.perf_counter() - started) / len(todo)
         store = partial(_store_all, settings, factory, claim, todo, rendered, render_share, adopted, engine, on_ready)
@@ -178,7 +180,7 @@ def _adopt_earlier_uploads(settings, factory, claim: Claim) -> tuple[int, list[C
                 found = None  # the store will be asked again when this video is stored
         if found is not None and found.sha256 == unit.upload_sha256:
             out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0)
-            adopted += leases.record_success(factory, unit, out, _rate(settings))
+            adopted += leases.record_success(factory, unit, out, _rate(settings), settings.storage_price())
         else:
             todo.append(unit)
     return adopted, todo
@@ -263,7 +265,7 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, 
                 readied += _store_chunk(factory, unit, video.latents, render_share, video.stages)
             except Exception as exc:  # noqa: BLE001 - the store is down: this chunk is retried
                 log.warning("checkpointing chunk %d of %s failed: %s", unit.chunk, unit.key, exc)
-                retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}")
+                retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}", spent=render_share)
                 retried += retried_now is True
                 failed += retried_now is False
             continue
@@ -274,7 +276,7 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, 
                 log.warning("stitching %s failed: %s", unit.key, exc)
                 video = replace(video, error=f"{type(exc).__name__}: {exc}")
         if video.error is not None:
-            retried_now = _retry(settings, factory, unit, video.error)
+            retried_now = _retry(settings, factory, unit, video.error, spent=render_share)
         else:
             try:
                 out = _store_video(factory, claim, unit, video.frames, render_share, video.stages,
@@ -284,10 +286,10 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, 
                 continue
             except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
                 log.warning("storing video %s failed: %s", unit.key, exc)
-                retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}")
+                retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}", spent=render_share)
             else:
                 if out is not None:
-                    recorded = leases.record_success(factory, unit, out, _rate(settings))
+                    recorded = leases.record_success(factory, unit, out, _rate(settings), settings.storage_price())
                     ok += recorded
                     if recorded and unit.chunked:
                         _drop_checkpoints(factory, unit)
@@ -313,20 +315,25 @@ def _results_if_done(factory, runs: set[str]) -> None:
             log.warning("could not write the result files of run %s: %s", run, exc)
 
 
-def _retry(settings, factory, unit: ClaimedUnit, error: str, *, solo: bool = False) -> bool | None:
+def _retry(settings, factory, unit: ClaimedUnit, error: str, *, solo: bool = False,
+           spent: float = 0.0) -> bool | None:
+    """A failed attempt, retried or failed; the `spent` seconds it took are charged to its video (kind "retry")."""
     return leases.record_retry(factory, unit, error, max_attempts=settings.max_attempts,
-                               backoff_s=backoff(settings, unit.attempts), solo=solo)
+                               backoff_s=backoff(settings, unit.attempts), solo=solo, spent_s=spent,
+                               rate=_rate(settings))
 
 
-def _retry_all(settings, factory, claim, todo, error: str, adopted: int) -> BatchResult:
+def _retry_all(settings, factory, claim, todo, error: str, adopted: int, spent: float = 0.0) -> BatchResult:
     # A batch of several that failed is split: each video retries alone, so one bad video cannot fail the rest.
-    outcomes = [_retry(settings, factory, u, error, solo=len(todo) > 1) for u in todo]
+    outcomes = [_retry(settings, factory, u, error, solo=len(todo) > 1, spent=spent) for u in todo]
     return BatchResult(len(claim.units), adopted, outcomes.count(True), outcomes.count(False))
 
 
-def _interrupted(settings, factory, claim, todo, reason: str, limit: float, adopted: int) -> BatchResult:
+def _interrupted(settings, factory, claim, todo, reason: str, limit: float, adopted: int,
+                 spent: float = 0.0) -> BatchResult:
     if reason == "time limit":
-        return _retry_all(settings, factory, claim, todo, f"batch time limit of {limit:.0f} s exceeded", adopted)
+        return _retry_all(settings, factory, claim, todo, f"batch time limit of {limit:.0f} s exceeded", adopted,
+                          spent)
     if reason == "lease lost":  # another worker owns these units now; every write from here would be refused
         return BatchResult(len(claim.units), adopted)
     released = sum(leases.release(factory, u) for u in todo)  # cancelled runs' units become cancelled

@@ -16,6 +16,10 @@ DEFAULT_GPU_HOUR_SOURCE = "AWS EC2 Capacity Blocks, H200, per accelerator-hour (
 # What a second of generated video sells for, for gross margin: hosted Wan 2.2 A14B is $0.04-0.08 per second by
 # resolution (vendor price pages, 2025-2026); the middle of that range.
 DEFAULT_PRICE_PER_VIDEO_S = 0.06
+# Keeping videos: S3 Standard's first-50-TB price, and internet egress's first tier (AWS public price list,
+# us-east-1, 2025-2026). Egress is charged only when set: many renders never leave the bucket.
+DEFAULT_STORAGE_GB_MONTH_USD = 0.023
+DEFAULT_STORAGE_SOURCE = "AWS S3 Standard, us-east-1, first 50 TB; egress first tier $0.09/GB (public price list)"
 DEFAULT_PRICE_SOURCE = "hosted Wan 2.2 A14B, $0.04-0.08 per video-second by resolution (vendor price pages, 2025-2026)"
 
 
@@ -32,6 +36,10 @@ class Settings:
     max_batch: int
     price_per_video_s: float = DEFAULT_PRICE_PER_VIDEO_S
     price_source: str = DEFAULT_PRICE_SOURCE
+    storage_gb_month_usd: float = DEFAULT_STORAGE_GB_MONTH_USD
+    retention_months: float = 1.0
+    egress_gb_usd: float = 0.0
+    storage_source: str = DEFAULT_STORAGE_SOURCE
     # A claim is held this long unless renewed (renewed every third of it while rendering): the longest a killed or
     # frozen worker can hold work before another takes it over.
     lease_s: float = 120.0
@@ -85,6 +93,10 @@ class Settings:
             max_batch=int(_number(env, "REELBATCH_MAX_BATCH", 4)),
             price_per_video_s=_number(env, "REELBATCH_PRICE_PER_VIDEO_S", DEFAULT_PRICE_PER_VIDEO_S),
             price_source=env.get("REELBATCH_PRICE_SOURCE") or DEFAULT_PRICE_SOURCE,
+            storage_gb_month_usd=_price(env, "REELBATCH_STORAGE_GB_MONTH_USD", DEFAULT_STORAGE_GB_MONTH_USD),
+            retention_months=_price(env, "REELBATCH_RETENTION_MONTHS", 1.0),
+            egress_gb_usd=_price(env, "REELBATCH_EGRESS_GB_USD", 0.0),
+            storage_source=env.get("REELBATCH_STORAGE_SOURCE") or DEFAULT_STORAGE_SOURCE,
             device=env.get("REELBATCH_DEVICE") or "auto",
             text_cache=_switch(env, "REELBATCH_TEXT_CACHE", True),
             offload_text_encoder=_switch(env, "REELBATCH_OFFLOAD_TEXT_ENCODER", True),
@@ -113,6 +125,11 @@ class Settings:
                             batched_guidance=self.batched_guidance, fast_vae_norm=self.fast_vae_norm,
                             compile=self.compile, attention=self.attention, step_cache=self.step_cache,
                             guidance_fraction=self.guidance_fraction, step_scale=self.step_scale)
+
+    def storage_price(self):
+        from jobs.leases import StoragePrice
+
+        return StoragePrice(self.storage_gb_month_usd, self.retention_months, self.egress_gb_usd, self.storage_source)
 
     def price(self):
         from jobs.report import Price
@@ -161,6 +178,16 @@ def _attention(name: str) -> str:
         raise UsageError(f"environment variable REELBATCH_ATTENTION: {name!r} is not a diffusers attention backend "
                          f"(one of: {', '.join(names)})")
     return name
+
+
+def _price(env: dict[str, str], name: str, default: float) -> float:
+    """A price or a quantity that may be zero (free storage, no egress), never negative."""
+    value = _float(env, name)
+    if value is None:
+        return default
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"environment variable {name}: must be zero or a positive finite number, got {env[name]!r}")
+    return value
 
 
 def _fraction(env: dict[str, str], name: str, default: float, zero_ok: bool = False) -> float:

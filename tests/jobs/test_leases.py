@@ -177,12 +177,15 @@ def test_a_video_that_always_raises_fails_after_exactly_n_attempts(factory, regi
     drain(worker_settings, FlakyEngine(worker_settings.engine_config(), registry), factory)
     with factory() as s:
         videos = {v.key: v for v in s.scalars(select(Video))}
-        costs = s.scalar(select(func.count()).select_from(CostRecord))
+        costs = dict(s.execute(select(CostRecord.kind, func.count()).group_by(CostRecord.kind)).all())
+        bad_retries = s.scalar(select(func.count()).select_from(CostRecord).join(Video)
+                               .where(Video.key == "bad", CostRecord.kind == "retry"))
     assert {k: Status(v.status) for k, v in videos.items()} == {
         "good1": Status.SUCCEEDED, "bad": Status.FAILED, "good2": Status.SUCCEEDED}
     assert videos["bad"].attempts == 3
     assert videos["bad"].last_error == "failed after 3 attempts: RuntimeError: simulated kernel crash"
-    assert costs == 2 and (tmp_path / "out" / "flaky" / "good1.mp4").is_file()
+    assert costs["gpu"] == costs["storage"] == 2 and (tmp_path / "out" / "flaky" / "good1.mp4").is_file()
+    assert bad_retries == 3, "each failed attempt is charged to the video that needed it"
 
 
 def test_a_batch_past_its_time_limit_is_abandoned_and_retried(factory, registry, tmp_path, worker_settings):
@@ -199,7 +202,9 @@ def test_a_batch_past_its_time_limit_is_abandoned_and_retried(factory, registry,
 
 
 def test_cancel_stops_a_running_batch_at_a_step_boundary(factory, registry, tmp_path, worker_settings):
-    submit(factory, registry, tmp_path, 2, more="    steps: 200\n")
+    # 200 steps of 33 frames: seconds of work, past the keeper's once-a-second cancel check (9 frames could finish
+    # on a fast machine before the first check after the cancel).
+    submit(factory, registry, tmp_path, 2, more="    steps: 200\n    duration_s: 4\n")
     engine = Engine(worker_settings.engine_config(), registry)
     engine.pipeline("tiny")
     result = {}

@@ -38,7 +38,8 @@ def test_a_batch_renders_encodes_stores_and_costs(setup):
     assert render_next_batch(settings, engine, factory).claimed == 0, "nothing left to claim"
     with factory() as s:
         videos = list(s.scalars(select(Video).order_by(Video.id)))
-        costs = {c.video_id: c for c in s.scalars(select(CostRecord))}
+        costs = {c.video_id: c for c in s.scalars(select(CostRecord).where(CostRecord.kind == "gpu"))}
+        storage = {c.video_id: c for c in s.scalars(select(CostRecord).where(CostRecord.kind == "storage"))}
     for v in videos:
         assert Status(v.status) is Status.SUCCEEDED and v.attempts == 1
         info = probe_mp4(folder / f"{v.key}.mp4")
@@ -46,6 +47,9 @@ def test_a_batch_renders_encodes_stores_and_costs(setup):
         cost = costs[v.id]
         assert cost.seconds == pytest.approx(v.render_s + v.encode_s + v.upload_s)
         assert cost.amount_micro_usd == round(cost.seconds * 3.6 / 3600 * 1e6) > 0
+        # Keeping it: its bytes at the default $0.023 per GB-month for one month (egress is off by default).
+        assert storage[v.id].amount_micro_usd == round(v.bytes / 1e9 * 0.023 * 1e6)
+        assert "$0.023/GB-month x 1 months" in storage[v.id].rate_source
     # Same shape: the batch's render time is shared equally, and so is each of its stages.
     assert len({round(v.render_s, 9) for v in videos}) == 1
     for v in videos:
@@ -116,3 +120,35 @@ def test_compile_ahead_warms_the_waiting_shape_so_the_first_batch_compiles_nothi
     result = render_next_batch(settings, engine, factory)
     assert (result.claimed, result.succeeded) == (3, 3)
     assert counters["stats"]["unique_graphs"] == graphs, "the first real batch compiled again"
+
+
+def test_a_failed_attempt_is_charged_to_the_video_that_needed_it(setup):
+    """The store is unusable for the first attempt (a file sits where the run's folder goes): each video's render
+    share is charged as a "retry" cost record; the second attempt succeeds and adds its own record. The report's
+    per-video cost and total are the sums of those records, to the micro-dollar."""
+    from jobs.report import report_dict
+
+    settings, factory, engine, folder = setup
+    settings = dataclasses.replace(settings, retry_backoff_s=0.01)
+    folder.parent.mkdir(parents=True)
+    folder.write_bytes(b"not a folder")
+    first = render_next_batch(settings, engine, factory)
+    assert (first.claimed, first.succeeded, first.retried) == (3, 0, 3)
+    folder.unlink()
+    time.sleep(0.05)
+    assert render_next_batch(settings, engine, factory).succeeded == 3
+    with factory() as s:
+        records = list(s.scalars(select(CostRecord).order_by(CostRecord.id)))
+    run_row, videos = queries.load_report(factory, "r")
+    kinds = {}
+    for r in records:
+        kinds.setdefault(r.video_id, []).append(r.kind)
+        assert r.amount_micro_usd == round(r.seconds * 3.6 / 3600 * 1e6)
+    assert sorted(kinds.values()) == [["retry", "gpu", "storage"]] * 3
+    retry = [r for r in records if r.kind == "retry"]
+    assert all(r.seconds > 0 for r in retry) and len({round(r.seconds, 9) for r in retry}) == 1, "equal shares"
+    report = report_dict(run_row, videos)
+    assert report["cost"]["total_usd"] * 1e6 == pytest.approx(sum(r.amount_micro_usd for r in records))
+    for row in report["videos"]:
+        vid = next(v.id for v, _ in videos if v.key == row["id"])
+        assert row["cost_usd"] * 1e6 == pytest.approx(sum(r.amount_micro_usd for r in records if r.video_id == vid))

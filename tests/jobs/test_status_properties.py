@@ -107,7 +107,8 @@ class Lifecycle(RuleBasedStateMachine):
         self.seen = now
 
         with self.factory() as s:
-            costs = dict(s.execute(select(CostRecord.video_id, func.count()).group_by(CostRecord.video_id)).all())
+            costs = dict(s.execute(select(CostRecord.video_id, func.count()).where(CostRecord.kind == "gpu")
+                                   .group_by(CostRecord.video_id)).all())
         for vid, status in now.items():
             assert costs.get(vid, 0) == (1 if status is Status.SUCCEEDED else 0), "one cost record per success"
 
