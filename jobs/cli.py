@@ -152,10 +152,15 @@ def worker(
     max_batch: Annotated[Optional[int], typer.Option(help="Largest same-shape batch (default REELBATCH_MAX_BATCH).")] = None,
     gpu_rate: Annotated[Optional[float], typer.Option(help="USD per GPU-hour for cost records (default REELBATCH_GPU_HOUR_USD).")] = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_format: Annotated[str, typer.Option("--log-format", help="text, or json: one JSON object per line, with "
+                                                                 "the batch's run and video ids.")] = "text",
 ) -> None:
     """Run a Celery worker that claims and renders queued work. SIGTERM: finish the batch in hand, then stop."""
     if pool not in ("solo", "prefork"):
         fail(UsageError(f"--pool must be solo or prefork, got {pool!r}"))
+    if log_format not in ("text", "json"):
+        fail(UsageError(f"--log-format must be text or json, got {log_format!r}"))
+    os.environ["REELBATCH_LOG_FORMAT"] = log_format
     if pool == "solo" and concurrency != 1:
         fail(UsageError("--pool solo renders in one process: use --pool prefork for --concurrency above 1"))
     # The options become the environment the task processes read their Settings from.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from engine.types import RenderBatch, RenderRequest, Shape
@@ -321,6 +321,15 @@ def record_failure(factory: Factory, unit: ClaimedUnit, error: str) -> bool:
         row.last_error = video.last_error = error[:4000]
         move(row, video, Status.FAILED)
         return True
+
+
+def claimable_count(factory: Factory) -> int:
+    """How many units a worker could claim now."""
+    now = utcnow()
+    with factory() as s:
+        return s.scalar(select(func.count()).select_from(WorkUnit).where(
+            WorkUnit.status == Status.PENDING, WorkUnit.ready.is_(True),
+            or_(WorkUnit.not_before.is_(None), WorkUnit.not_before <= now)))
 
 
 def claimable(factory: Factory) -> bool:

@@ -25,7 +25,7 @@ import torch
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape
-from jobs import leases
+from jobs import leases, logs, metrics
 from jobs.leases import Claim, ClaimedUnit, Rate, VideoOutput
 from jobs.settings import Settings
 from storage.encode import encode_mp4
@@ -126,6 +126,14 @@ def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Fin
     claim = leases.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s)
     if claim is None:
         return BatchResult()
+    metrics.BATCH_SIZE.observe(len(claim.units))
+    with logs.bound(runs=sorted({u.run_name for u in claim.units}), videos=[u.key for u in claim.units],
+                    units=[u.unit_id for u in claim.units], shape=claim.batch.shape.key()):
+        log.info("claimed %d (%s)", len(claim.units), claim.batch.shape.key())
+        return _render_claim(settings, engine, factory, claim, finisher, on_ready)
+
+
+def _render_claim(settings, engine, factory, claim: Claim, finisher, on_ready) -> BatchResult:
     limit = batch_time_limit(settings, claim.batch.shape, len(claim.units))
     keeper = LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit).__enter__()
     handed_off = False
@@ -150,7 +158,7 @@ def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Fin
         store = partial(_store_all, settings, factory, claim, todo, rendered, render_share, adopted, engine, on_ready)
         if finisher is None:
             return store()
-        finisher.submit(partial(_finish, store, keeper))
+        finisher.submit(partial(logs.current_context().run, _finish, store, keeper))
         handed_off = True
         return BatchResult(len(claim.units), pending=len(todo))
     finally:
@@ -282,7 +290,9 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, 
                 out = _store_video(factory, claim, unit, video.frames, render_share, video.stages,
                                    video.seam_score, settings.seam_review)
             except ObjectConflict as exc:
-                failed += leases.record_failure(factory, unit, f"ObjectConflict: {exc}")
+                lost = leases.record_failure(factory, unit, f"ObjectConflict: {exc}")
+                failed += lost
+                metrics.VIDEOS.labels("failed").inc(lost)
                 continue
             except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
                 log.warning("storing video %s failed: %s", unit.key, exc)
@@ -291,6 +301,8 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, 
                 if out is not None:
                     recorded = leases.record_success(factory, unit, out, _rate(settings), settings.storage_price())
                     ok += recorded
+                    if recorded:
+                        _count_success(out)
                     if recorded and unit.chunked:
                         _drop_checkpoints(factory, unit)
                 continue
@@ -318,9 +330,21 @@ def _results_if_done(factory, runs: set[str]) -> None:
 def _retry(settings, factory, unit: ClaimedUnit, error: str, *, solo: bool = False,
            spent: float = 0.0) -> bool | None:
     """A failed attempt, retried or failed; the `spent` seconds it took are charged to its video (kind "retry")."""
-    return leases.record_retry(factory, unit, error, max_attempts=settings.max_attempts,
-                               backoff_s=backoff(settings, unit.attempts), solo=solo, spent_s=spent,
-                               rate=_rate(settings))
+    outcome = leases.record_retry(factory, unit, error, max_attempts=settings.max_attempts,
+                                  backoff_s=backoff(settings, unit.attempts), solo=solo, spent_s=spent,
+                                  rate=_rate(settings))
+    if outcome is not None:
+        metrics.VIDEOS.labels("retried" if outcome else "failed").inc()
+        metrics.GPU_SECONDS.inc(spent)
+    return outcome
+
+
+def _count_success(out: VideoOutput) -> None:
+    metrics.VIDEOS.labels("succeeded").inc()
+    metrics.GPU_SECONDS.inc(out.render_s + out.encode_s + out.upload_s)
+    for stage, seconds in {**out.stages, "encode": out.encode_s, "upload": out.upload_s}.items():
+        if seconds is not None:
+            metrics.STAGE_SECONDS.labels(stage).observe(seconds)
 
 
 def _retry_all(settings, factory, claim, todo, error: str, adopted: int, spent: float = 0.0) -> BatchResult:

@@ -70,6 +70,8 @@ class Settings:
     step_scale: float = 1.0
     # A long video whose seam score (engine.chunks.seam_score: 1 is seamless) is above this is marked for review.
     seam_review: float = 2.0
+    # Serve Prometheus metrics from each rendering process on this port (a prefork child on port + its index + 1).
+    metrics_port: int | None = None
     # Encode, store and record batch k on a background thread while batch k+1 renders (jobs.render.Finisher).
     overlap: bool = True
 
@@ -109,6 +111,7 @@ class Settings:
             guidance_fraction=_fraction(env, "REELBATCH_GUIDANCE_FRACTION", 1.0),
             step_scale=_fraction(env, "REELBATCH_STEP_SCALE", 1.0),
             seam_review=_number(env, "REELBATCH_SEAM_REVIEW", 2.0),
+            metrics_port=int(_number(env, "REELBATCH_METRICS_PORT", 1)) if env.get("REELBATCH_METRICS_PORT") else None,
             lease_s=_number(env, "REELBATCH_LEASE_S", 120.0),
             max_attempts=int(_number(env, "REELBATCH_MAX_ATTEMPTS", 3)),
             retry_backoff_s=_number(env, "REELBATCH_RETRY_BACKOFF_S", 10.0),

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from jobs import leases
+from jobs import leases, metrics
 from jobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ class Sweeper(threading.Thread):
 
     def sweep(self) -> None:
         requeued = leases.reap_expired(self.factory, max_attempts=self.settings.max_attempts)
+        metrics.QUEUE_DEPTH.set(leases.claimable_count(self.factory))
         if requeued:
             log.warning("returned %d units with expired leases to the queue", requeued)
             self.send_tickets(requeued)

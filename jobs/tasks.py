@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 from celery import Celery, current_app, shared_task
-from celery.signals import worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
+from celery.signals import (after_setup_logger, after_setup_task_logger, worker_process_init, worker_process_shutdown,
+                            worker_ready, worker_shutdown)
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from engine.engine import Engine
@@ -101,12 +102,20 @@ _sweeper_pid: int | None = None
 
 
 def _start_sweeper() -> None:
-    """One sweeper per process that renders. Idempotent: the solo pool sends both signals below (Celery 5.7)."""
+    """One sweeper (and metrics endpoint) per process that renders. Idempotent: the solo pool sends both signals
+    below (Celery 5.7)."""
     global _sweeper_pid
     if _sweeper_pid == os.getpid():
         return
     _sweeper_pid = os.getpid()
     settings = Settings.from_env()
+    if settings.metrics_port:
+        from billiard.process import current_process
+
+        from jobs.metrics import serve
+
+        index = getattr(current_process(), "index", None)  # a prefork child's pool index; none in a solo worker
+        serve(settings.metrics_port + (0 if index is None else index + 1))
     app = current_app._get_current_object()  # the worker's app, taken here in its main thread
     Sweeper(settings, session_factory(settings.database_url), _busy, lambda n: send_tickets(n, app=app)).start()
 
@@ -117,6 +126,15 @@ def _finish_stores(**_) -> None:
     """A warm shutdown stores the batch still in the finisher before the process exits."""
     if _finisher.cache_info().currsize:
         _finisher().wait()
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _json_logs(logger=None, **_) -> None:
+    if os.environ.get("REELBATCH_LOG_FORMAT") == "json":
+        from jobs.logs import use_json
+
+        use_json(logger)
 
 
 @worker_process_init.connect

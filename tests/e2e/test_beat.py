@@ -5,6 +5,7 @@ The worker is prefork with three children: firing tasks from the two beats run i
 child is free to fire while the demo's two shapes render in the others (a solo worker fires only between batches).
 """
 
+import json
 import os
 import signal
 import sqlite3
@@ -59,7 +60,7 @@ def test_two_beats_and_a_worker_make_one_run_per_fire_time(cli, tmp_path):
     try:
         procs.append(start(cli, "beat-1", "beat", "--interval", "1"))
         procs.append(start(cli, "beat-2", "beat", "--interval", "1"))
-        procs.append(start(cli, "worker", "worker", "--pool", "prefork", "--concurrency", "3"))
+        procs.append(start(cli, "worker", "worker", "--pool", "prefork", "--concurrency", "3", "--log-format", "json"))
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline and len(firings(tmp_path / "reelbatch.db")) < ENOUGH:
             for proc, log in procs:
@@ -74,6 +75,11 @@ def test_two_beats_and_a_worker_make_one_run_per_fire_time(cli, tmp_path):
     for _, log in procs[:2]:
         assert "Sending due task reelbatch-fire-schedules" in log.read_text(), f"{log.name} never sent\n{logs}"
     assert all(ok and errors is None for _, ok, _, errors in done), done
+    # The worker logged JSON lines, each batch's with its run and video ids bound.
+    records = [json.loads(line) for line in procs[2][1].read_text().splitlines() if line.startswith("{")]
+    claims = [r for r in records if r["message"].startswith("claimed")]
+    assert claims and all(r["videos"] and r["runs"][0].startswith("often-") and r["level"] == "INFO" for r in claims)
+    assert {"ts", "logger", "process"} <= set(claims[0])
     # Each firing has its own run, named after its fire time, and nothing else made a run.
     run_ids = [run_id for _, _, run_id, _ in done]
     assert len(set(run_ids)) == len(run_ids)

@@ -152,3 +152,32 @@ def test_a_failed_attempt_is_charged_to_the_video_that_needed_it(setup):
     for row in report["videos"]:
         vid = next(v.id for v, _ in videos if v.key == row["id"])
         assert row["cost_usd"] * 1e6 == pytest.approx(sum(r.amount_micro_usd for r in records if r.video_id == vid))
+
+
+def test_a_batch_shows_in_the_prometheus_metrics(setup):
+    """The counters a worker serves move with what the batch did, and the endpoint answers over HTTP."""
+    import urllib.request
+
+    from prometheus_client import REGISTRY
+
+    from jobs import metrics
+    from tests.services import free_port
+
+    def value(name, **labels):
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    settings, factory, engine, _ = setup
+    before = {"ok": value("reelbatch_videos_total", outcome="succeeded"), "gpu": value("reelbatch_gpu_seconds_total"),
+              "batches": value("reelbatch_batch_size_count"), "denoise": value("reelbatch_stage_seconds_count",
+                                                                              stage="denoise")}
+    assert render_next_batch(settings, engine, factory).succeeded == 3
+    assert value("reelbatch_videos_total", outcome="succeeded") == before["ok"] + 3
+    assert value("reelbatch_batch_size_count") == before["batches"] + 1
+    assert value("reelbatch_stage_seconds_count", stage="denoise") == before["denoise"] + 3
+    with factory() as s:
+        charged = sum(c.seconds for c in s.scalars(select(CostRecord).where(CostRecord.kind == "gpu")))
+    assert value("reelbatch_gpu_seconds_total") - before["gpu"] == pytest.approx(charged)
+    port = metrics.serve(free_port())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    assert 'reelbatch_videos_total{outcome="succeeded"}' in text and "reelbatch_queue_depth" in text

@@ -100,3 +100,31 @@ def test_the_attention_backend_is_a_diffusers_name():
     assert Settings.from_env({"REELBATCH_ATTENTION": "flash"}).engine_config().attention == "flash"
     with pytest.raises(UsageError, match="REELBATCH_ATTENTION: 'fastest' is not a diffusers attention backend"):
         Settings.from_env({"REELBATCH_ATTENTION": "fastest"})
+
+
+def test_json_log_lines_carry_the_bound_batch():
+    import io
+    import json
+    import logging
+
+    from jobs.logs import JsonFormatter, bound
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("reelbatch-json-test")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    with bound(runs=["night"], videos=["a", "b"]):
+        logger.info("claimed %d", 2)
+    logger.warning("outside")
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert (first["message"], first["runs"], first["videos"], first["level"]) == ("claimed 2", ["night"], ["a", "b"],
+                                                                                  "INFO")
+    assert second["message"] == "outside" and "videos" not in second
+
+
+def test_a_bad_log_format_is_refused(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "jobs", "worker", "--log-format", "xml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--log-format must be text or json, got 'xml'" in proc.stderr

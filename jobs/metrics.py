@@ -1,0 +1,38 @@
+"""Prometheus metrics from each rendering process, served when `REELBATCH_METRICS_PORT` is set.
+
+A prefork worker's children each serve on the port plus their pool index (child 1 on PORT+1, ...); a solo worker
+serves on PORT. Scrape every port of every worker; sum across them in queries.
+
+- reelbatch_videos_total{outcome}: videos succeeded, retried (an attempt failed and will run again) and failed;
+- reelbatch_stage_seconds{stage}: per-video seconds of text, denoise, decode, encode and upload (histogram);
+- reelbatch_batch_size: videos per claimed batch (histogram);
+- reelbatch_gpu_seconds_total: seconds charged to videos (render share plus encode and upload; retries included);
+- reelbatch_queue_depth: units claimable now, as this process's sweeper last saw (gauge).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+VIDEOS = Counter("reelbatch_videos", "Videos by outcome of an attempt", ["outcome"])
+STAGE_SECONDS = Histogram("reelbatch_stage_seconds", "Per-video seconds by stage", ["stage"],
+                          buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800))
+BATCH_SIZE = Histogram("reelbatch_batch_size", "Videos per claimed batch", buckets=(1, 2, 4, 8, 16, 32, 64))
+GPU_SECONDS = Counter("reelbatch_gpu_seconds", "Seconds charged to videos")
+QUEUE_DEPTH = Gauge("reelbatch_queue_depth", "Claimable work units, as last seen by this process's sweeper")
+
+_served: int | None = None
+
+
+def serve(port: int) -> int:
+    """Start the metrics endpoint once per process; returns the port it listens on."""
+    global _served
+    if _served is None:
+        start_http_server(port, addr="0.0.0.0")
+        _served = port
+        log.info("metrics on :%d/metrics", port)
+    return _served
