@@ -30,6 +30,7 @@ from sqlalchemy.pool import NullPool
 
 from jobs.models import CostRecord, Video, WorkUnit
 from jobs.status import Status
+from storage.encode import probe_mp4
 from tests import services
 
 from .conftest import Cli
@@ -392,3 +393,33 @@ def _activity(farm: Farm) -> list:
         return list(conn.exec_driver_sql(
             "SELECT pid, state, wait_event_type, left(query, 200) FROM pg_stat_activity"
             " WHERE datname = current_database()"))
+
+
+def test_sigkill_between_chunks_resumes_from_the_checkpoint(farm):
+    """A long video (9 s of tiny: 3 chunks) whose worker is SIGKILLed while rendering its second chunk: another
+    worker takes the chunk over once the lease expires, starting from the first chunk's checkpoint in the store;
+    the first chunk never renders again, and the video is whole."""
+    manifest = farm.cwd / "long.yaml"
+    manifest.write_text(f"name: {RUN}\ndefaults:\n  steps: 40\nvideos:\n  - id: long\n    prompt: a long one\n"
+                        "    duration_s: 9\n")
+    farm.cli("submit", str(manifest))
+
+    def chunks() -> dict[int, tuple[str, int]]:
+        with farm.db.connect() as conn:
+            return {c: (Status(st).value, a) for c, st, a in conn.execute(
+                select(WorkUnit.chunk, WorkUnit.status, WorkUnit.attempts).order_by(WorkUnit.chunk))}
+
+    with Workers(farm.env, farm.cwd) as workers:
+        first = workers.start("solo")
+        wait_for("the second chunk to be rendering", lambda: chunks().get(1, ("",))[0] == "running"
+                 and chunks()[0][0] == "succeeded", 120, diagnose=workers.tails)
+        first.signal(signal.SIGKILL)
+        first.proc.wait(timeout=10)
+        workers.start("solo")
+        wait_for("the long video to finish", lambda: farm.counts().get("succeeded") == 1, RUN_TIMEOUT_S,
+                 diagnose=lambda: f"chunks {chunks()}\n{workers.tails()}")
+    assert chunks() == {0: ("succeeded", 1), 1: ("succeeded", 2), 2: ("succeeded", 1)}
+    body = farm.s3.get_object(Bucket=farm.bucket, Key=f"renders/{RUN}/long.mp4")["Body"].read()
+    assert probe_mp4(body).frames == 73
+    current = farm.s3.list_objects_v2(Bucket=farm.bucket, Prefix="renders/_chunks/").get("Contents", [])
+    assert not current, f"checkpoints left behind: {[o['Key'] for o in current]}"
