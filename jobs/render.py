@@ -188,7 +188,10 @@ def _adopt_earlier_uploads(settings, factory, claim: Claim) -> tuple[int, list[C
                 found = None  # the store will be asked again when this video is stored
         if found is not None and found.sha256 == unit.upload_sha256:
             out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0)
-            adopted += leases.record_success(factory, unit, out, _rate(settings), settings.storage_price())
+            recorded = leases.record_success(factory, unit, out, _rate(settings), settings.storage_price())
+            adopted += recorded
+            if recorded and unit.chunked:
+                _drop_checkpoints(factory, unit)
         else:
             todo.append(unit)
     return adopted, todo

@@ -159,3 +159,32 @@ def test_toy_videos_four_windows_long_keep_their_direction_and_mostly_their_colo
         assert windows[0]["colour"] and windows[1]["colour"], (prompt, windows)
         colours += [w["colour"] for w in windows]
     assert sum(colours) >= 0.8 * len(colours), colours
+
+
+def test_a_last_chunk_whose_upload_outlived_its_worker_is_adopted_and_its_checkpoints_removed(farm, monkeypatch):
+    """The worker stores the long video's MP4 and dies before recording it (the database write fails): the next
+    attempt adopts the stored object by its recorded checksum instead of rendering again, and removes the chunks'
+    checkpoints."""
+    settings, factory, engine, out, _ = farm
+    settings = dataclasses.replace(settings, lease_s=0.5)
+    render_next_batch(settings, engine, factory)
+    render_next_batch(settings, engine, factory)
+    assert [u[2] for u in units(factory)[:3]] == [Status.SUCCEEDED, Status.SUCCEEDED, Status.PENDING]
+
+    def dies(*args, **kwargs):
+        raise ConnectionError("the worker died before recording")
+
+    monkeypatch.setattr(leases, "record_success", dies)
+    with pytest.raises(ConnectionError):
+        render_next_batch(settings, engine, factory)
+    monkeypatch.undo()
+    stored = (out / "l" / "long.mp4").read_bytes()
+    assert any((out / "_chunks").rglob("*.safetensors"))
+    time.sleep(0.7)
+    assert leases.reap_expired(factory, max_attempts=3) == 1
+    again = render_next_batch(settings, engine, factory)
+    assert (again.claimed, again.succeeded) == (1, 1)
+    with factory() as s:
+        long = s.scalar(select(Video).where(Video.key == "long"))
+    assert Status(long.status) is Status.SUCCEEDED and (out / "l" / "long.mp4").read_bytes() == stored
+    assert not any((out / "_chunks").rglob("*.safetensors")), "the adopted video's checkpoints are removed too"
