@@ -311,6 +311,12 @@ def checkpoints(factory: Factory, video_id: int, before: int) -> list[str | None
     return [found.get(k) for k in range(before)]
 
 
+def chunk_tokens(factory: Factory, video_id: int) -> dict[int, int]:
+    """Each chunk of a long video and the last lease token it was claimed with (its attempts' checkpoint keys)."""
+    with factory() as s:
+        return dict(s.execute(select(WorkUnit.chunk, WorkUnit.lease_token).where(WorkUnit.video_id == video_id)).all())
+
+
 def record_failure(factory: Factory, unit: ClaimedUnit, error: str) -> bool:
     """Fail one video for good (retrying cannot help, e.g. a different object at its key). False if lease lost."""
     with factory.begin() as s:

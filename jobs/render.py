@@ -257,10 +257,13 @@ def _stitch_long(factory, engine: Engine, shape: Shape, unit: ClaimedUnit, video
 
 
 def _drop_checkpoints(factory, unit: ClaimedUnit) -> None:
-    """A long video succeeded: its chunk checkpoints are no longer needed (best effort; a leftover is scratch)."""
+    """A long video succeeded: its chunk checkpoints are no longer needed, nor those a killed attempt wrote before
+    it could record them (every lease token each chunk has had; deleting a missing key does nothing). Best effort:
+    a leftover is scratch."""
     store = store_for(unit.output)
-    for key in leases.checkpoints(factory, unit.video_id, unit.chunk):
-        if key is not None:
+    for chunk, token in leases.chunk_tokens(factory, unit.video_id).items():
+        for attempt in range(1, token + 1):
+            key = checkpoint_key(replace(unit, chunk=chunk, token=attempt))
             try:
                 store.delete(key)
             except StoreError as exc:

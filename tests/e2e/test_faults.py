@@ -409,10 +409,22 @@ def test_sigkill_between_chunks_resumes_from_the_checkpoint(farm):
             return {c: (Status(st).value, a) for c, st, a in conn.execute(
                 select(WorkUnit.chunk, WorkUnit.status, WorkUnit.attempts).order_by(WorkUnit.chunk))}
 
+    def freeze_on_the_second_chunk(worker):
+        """SIGSTOP the worker while chunk 1 is running, then read again: if it moved on between the read and the
+        signal, thaw it and ask again (as stop_a_holder does)."""
+        seen = chunks()
+        if seen.get(0, ("",))[0] != "succeeded" or seen.get(1, ("",))[0] != "running":
+            return None
+        worker.signal(signal.SIGSTOP)
+        if chunks() != seen:
+            worker.signal(signal.SIGCONT)
+            return None
+        return seen
+
     with Workers(farm.env, farm.cwd) as workers:
         first = workers.start("solo")
-        wait_for("the second chunk to be rendering", lambda: chunks().get(1, ("",))[0] == "running"
-                 and chunks()[0][0] == "succeeded", 120, diagnose=workers.tails)
+        wait_for("the worker frozen on the second chunk", lambda: freeze_on_the_second_chunk(first), 120,
+                 diagnose=workers.tails)
         first.signal(signal.SIGKILL)
         first.proc.wait(timeout=10)
         workers.start("solo")
