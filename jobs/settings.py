@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from engine.config import EngineConfig
@@ -123,11 +123,10 @@ class Settings:
         )
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(cache_dir=self.cache_dir, device=self.device, text_cache=self.text_cache,
-                            offload_text_encoder=self.offload_text_encoder,
-                            batched_guidance=self.batched_guidance, fast_vae_norm=self.fast_vae_norm,
-                            compile=self.compile, attention=self.attention, step_cache=self.step_cache,
-                            guidance_fraction=self.guidance_fraction, step_scale=self.step_scale)
+        """The engine's config from the fields both share by name (the engine's switches read from the
+        environment); the engine's other fields keep their defaults."""
+        shared = {f.name for f in fields(EngineConfig)} & {f.name for f in fields(Settings)}
+        return EngineConfig(**{name: getattr(self, name) for name in shared})
 
     def storage_price(self):
         from jobs.leases import StoragePrice
