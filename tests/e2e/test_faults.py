@@ -430,8 +430,15 @@ def test_sigkill_between_chunks_resumes_from_the_checkpoint(farm):
         workers.start("solo")
         wait_for("the long video to finish", lambda: farm.counts().get("succeeded") == 1, RUN_TIMEOUT_S,
                  diagnose=lambda: f"chunks {chunks()}\n{workers.tails()}")
+
+        def checkpoints() -> list[str]:
+            listing = farm.s3.list_objects_v2(Bucket=farm.bucket, Prefix="renders/_chunks/")
+            return [o["Key"] for o in listing.get("Contents", [])]
+
+        # The checkpoints are removed just after the success is recorded (never before: a retry of the last chunk
+        # would need them), so the workers keep running until they are gone.
+        wait_for("the checkpoints to be removed", lambda: not checkpoints(), 60,
+                 diagnose=lambda: f"left: {checkpoints()}\n{workers.tails()}")
     assert chunks() == {0: ("succeeded", 1), 1: ("succeeded", 2), 2: ("succeeded", 1)}
     body = farm.s3.get_object(Bucket=farm.bucket, Key=f"renders/{RUN}/long.mp4")["Body"].read()
     assert probe_mp4(body).frames == 73
-    current = farm.s3.list_objects_v2(Bucket=farm.bucket, Prefix="renders/_chunks/").get("Contents", [])
-    assert not current, f"checkpoints left behind: {[o['Key'] for o in current]}"
