@@ -24,8 +24,10 @@ class EngineConfig:
     # Exact: a cached embedding is the one the text encoder returned.
     text_cache: bool = True
     # With the text cache on and an accelerator, the text encoder (UMT5-XXL is 11 GB in bf16) waits in CPU memory and
-    # visits the device only to encode texts the cache has not seen; a warm cache never moves it. Exact.
-    offload_text_encoder: bool = True
+    # visits the device only to encode texts the cache has not seen; a warm cache never moves it. Exact. Off by
+    # default: on an H200 each batch of new prompts spent 6-8 s moving it across PCIe (docs/PERFORMANCE.md); turn it
+    # on where device memory is short.
+    offload_text_encoder: bool = False
     # Classifier-free guidance's conditional and unconditional passes in one batched transformer call per step
     # (engine.denoise). Off: diffusers' own loop, two calls per step. Not bit-exact: matmuls of another batch size
     # may round differently, so the quality gate measures it against references rendered with it off.

@@ -278,8 +278,7 @@ def run_engine(info: ModelInfo, preset: Preset, cases: list[tuple[str, int]], wo
     from jobs import queries
     from jobs.manifest import load_manifest
     from jobs.models import Video
-    from jobs.render import Finisher, render_next_batch
-    from engine.types import RenderBatch, RenderRequest, Shape
+    from jobs.render import Finisher, render_next_batch, warm_up
 
     registry = Registry({info.name: info})
     engine = Engine(settings.engine_config(), registry)
@@ -287,10 +286,10 @@ def run_engine(info: ModelInfo, preset: Preset, cases: list[tuple[str, int]], wo
     factory = session_factory(settings.database_url)
     spec = load_manifest(write_manifest(work / "bench.yaml", "bench", info, preset, cases, settings.output),
                          registry=registry)
-    shape = Shape(info.name, preset.width, preset.height, preset.frames, preset.steps, preset.guidance)
-    # Warm-up, as the baseline's: one video of the same shape, not stored and not timed.
-    engine.render(RenderBatch(shape, (RenderRequest(-1, cases[0][0] + " (warm-up)", None, cases[0][1] + 10**6),)))
     submitted = queries.submit_run(factory, spec, output=settings.output)
+    # Warm-up, untimed as the baseline's: what a worker does at start (jobs.render.warm_up), one step of a batch of
+    # the size it will claim for each waiting shape, so compiled code and kernels are ready for the timed batches.
+    warm_up(settings, engine, factory)
     side = Side("engine", config={"path": "jobs.render.render_next_batch (the Celery task's function)",
                                   "max_batch": settings.max_batch, "overlap": settings.overlap, **asdict(settings.engine_config())})
     side.config["cache_dir"] = str(side.config["cache_dir"])

@@ -59,7 +59,7 @@ class Settings:
     device: str = "auto"
     # Engine switches (engine.config.EngineConfig): each optimisation can be turned off to compare.
     text_cache: bool = True
-    offload_text_encoder: bool = True
+    offload_text_encoder: bool = False
     batched_guidance: bool = True
     fast_vae_norm: bool = True
     compile: bool = False
@@ -101,7 +101,7 @@ class Settings:
             storage_source=env.get("REELBATCH_STORAGE_SOURCE") or DEFAULT_STORAGE_SOURCE,
             device=env.get("REELBATCH_DEVICE") or "auto",
             text_cache=_switch(env, "REELBATCH_TEXT_CACHE", True),
-            offload_text_encoder=_switch(env, "REELBATCH_OFFLOAD_TEXT_ENCODER", True),
+            offload_text_encoder=_switch(env, "REELBATCH_OFFLOAD_TEXT_ENCODER", False),
             batched_guidance=_switch(env, "REELBATCH_BATCHED_GUIDANCE", True),
             fast_vae_norm=_switch(env, "REELBATCH_FAST_VAE_NORM", True),
             overlap=_switch(env, "REELBATCH_OVERLAP", True),

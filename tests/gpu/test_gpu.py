@@ -49,7 +49,7 @@ def test_the_text_encoder_leaves_the_device_and_output_does_not_change(cache):
     """With the text cache on, the encoder waits in CPU memory and visits the GPU only for texts the cache lacks."""
     requests = tuple(RenderRequest(i, f"offload prompt {i}", None, 70 + i) for i in range(2))
     kept = Engine(dataclasses.replace(EngineConfig(cache_dir=cache), offload_text_encoder=False), Registry())
-    offloaded = Engine(EngineConfig(cache_dir=cache / "offload"), Registry())
+    offloaded = Engine(EngineConfig(cache_dir=cache / "offload", offload_text_encoder=True), Registry())
     a = kept.render(RenderBatch(SHAPE, requests))
     b = offloaded.render(RenderBatch(SHAPE, requests))  # a cold cache of its own: the encoder visits the GPU
     assert kept.pipeline("tiny").text_encoder.device.type == "cuda"

@@ -62,7 +62,7 @@ def test_worker_command_refuses_a_broken_models_file(tmp_path):
                                                 ("False", False)])
 def test_engine_switches_come_from_the_environment(raw, expected):
     defaults = {"text_cache": True, "batched_guidance": True, "fast_vae_norm": True, "compile": False,
-                "offload_text_encoder": True}
+                "offload_text_encoder": False}
     for name, default in defaults.items():
         settings = Settings.from_env({f"REELBATCH_{name.upper()}": raw})
         want = default if raw == "" else expected
