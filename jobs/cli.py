@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from jobs import queries
+from jobs import ledger, queries
 from jobs.console import err, fail, out
 from jobs.db import session_factory, upgrade
 from jobs.errors import ReelbatchError, UsageError
@@ -100,7 +101,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
         run_row, videos = queries.load_report(factory, str(s.run_id))
     except ReelbatchError as exc:
         fail(exc)
-    report = report_dict(run_row, videos, settings.price())
+    report = report_dict(run_row, videos, settings.price(), ledger.run_ledger(factory, run_row.id))
     if json_:
         out.print_json(json.dumps(report))
     else:
@@ -253,7 +254,7 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
                 raise ReelbatchError(f"writing the result files of run {run}: {exc}") from None
     except ReelbatchError as exc:
         fail(exc)
-    data = report_dict(run_row, videos, settings.price())
+    data = report_dict(run_row, videos, settings.price(), ledger.run_ledger(factory, run_row.id))
     if html_file is not None:
         _write_html(html_file, data, run_row, videos, settings)
     if json_:
@@ -322,6 +323,37 @@ def capacity(
               f"headroom {a['headroom']:.0%}; ${a['gpu_hour_usd']:g}/GPU-hour ({a['gpu_hour_source']}); "
               f"${a['price_per_video_second_usd']:g}/video-second ({a['price_source']}), mean video "
               f"{a['mean_video_length_s']:.2f} s; {a['days_per_month']} days a month. {a['note']}.", highlight=False)
+
+
+@app.command("ledger")
+def ledger_cmd(json_: JsonOpt = False) -> None:
+    """Every worker session's up time at its rate, split into what was charged to videos and what was idle.
+
+    Charged plus idle equals up time x rate for each session, to rounding; `report RUN` spreads idle time over the
+    successful videos of the runs each session served."""
+    try:
+        settings = Settings.from_env()
+        rows = ledger.sessions(session_factory(settings.database_url))
+    except ReelbatchError as exc:
+        fail(exc)
+    data = {
+        "sessions": [dataclasses.asdict(r) for r in rows],
+        "total_usd": sum(r.total_micro_usd for r in rows) / 1e6,
+        "charged_usd": sum(r.charged_micro_usd for r in rows) / 1e6,
+        "idle_usd": sum(r.idle_micro_usd for r in rows) / 1e6,
+    }
+    if json_:
+        out.print_json(json.dumps(data))
+        return
+    table = Table("session", "worker", "state", "up s", "charged s", "idle s", "up $", "charged $", "idle $",
+                  "rate", box=None, pad_edge=False)
+    for r in rows:
+        table.add_row(str(r.id), r.owner, r.state, f"{r.up_s:.1f}", f"{r.charged_s:.1f}", f"{r.idle_s:.1f}",
+                      f"{r.total_micro_usd / 1e6:.6f}", f"{r.charged_micro_usd / 1e6:.6f}",
+                      f"{r.idle_micro_usd / 1e6:.6f}", f"${r.rate_usd_per_hour:g}/h ({r.rate_source})")
+    out.print(table)
+    out.print(f"{len(rows)} worker sessions: ${data['total_usd']:.6f} up = ${data['charged_usd']:.6f} charged to "
+              f"videos + ${data['idle_usd']:.6f} idle", highlight=False)
 
 
 @db_app.command("upgrade")

@@ -83,6 +83,7 @@ def html_report(report: dict, run: Run, videos: list[tuple[Video, int]],
                 for v in ok] if origin else []
     latencies = [(v.finished_at - v.started_at).total_seconds() for v in ok]
     stage_cost = [report["stages_s"][s] * gpu_hour_usd / 3600 for s in STAGES]
+    kinds = report["cost"].get("by_kind_usd", {})
 
     cards = []
     for v in ok:
@@ -114,13 +115,16 @@ table {{ border-collapse: collapse; font-size: 12px; }} td, th {{ padding: 2px 8
 </style></head>
 <body data-rendered="pending">
 <h1>Run {html.escape(run.name)} <small>({html.escape(run.model)})</small></h1>
-<p>{counts}. Total ${cost['total_usd']:.6f}; {f"${per:.6f} per successful video" if per else "no successful video"}\
+<p>{counts}. Total ${cost['total_usd']:.6f}\
+{f" + ${cost['idle_usd']:.6f} idle worker time" if cost.get('idle_usd') else ""}; {f"${per:.6f} per successful video" if per else "no successful video"}\
 {f"; gross margin {margin['gross_margin']:.1%} at ${margin['price_per_video_second_usd']:g} per video-second" if margin else ""}.
 Render latency {latency_text}.</p>
 <section><h2>Contact sheet</h2>{"".join(cards) or "<p>no stored videos</p>"}</section>
 <section><h2>Throughput over time</h2>{_svg_throughput(finished)}</section>
 <section><h2>Render latency (claim to stored), seconds</h2>{_svg_bars(*_histogram(latencies), "videos")}</section>
 <section><h2>Cost by stage, USD</h2>{_svg_bars(stage_cost, list(STAGES), "USD")}</section>
+<section><h2>Cost by charge, USD (idle: this run's share of its workers' idle time)</h2>\
+{_svg_bars(list(kinds.values()), list(kinds), "USD") if kinds else "<p>no charges</p>"}</section>
 <section><h2>Videos</h2><table><tr><th>id</th><th>status</th><th>frames</th><th>chunks</th><th>seams</th>
 <th>cost $</th><th>error</th></tr>{rows}</table></section>
 <script>

@@ -16,6 +16,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.ledger import Rate, charge
 from jobs.models import CostRecord, Run, Video, WorkUnit, utcnow
 from jobs.queries import Factory
 from jobs.status import Status, move, transition
@@ -158,7 +159,8 @@ def _retry_or_fail(s: Session, unit: WorkUnit, video: Video, error: str, *, max_
 
 
 def record_retry(factory: Factory, unit: ClaimedUnit, error: str, *, max_attempts: int, backoff_s: float,
-                 solo: bool = False, spent_s: float = 0.0, rate: Rate | None = None) -> bool | None:
+                 solo: bool = False, spent_s: float = 0.0, rate: Rate | None = None,
+                 session_id: int | None = None) -> bool | None:
     """A failed attempt: retry after `backoff_s` (True) or, past `max_attempts`, fail (False). None: lease lost.
 
     The `spent_s` seconds the attempt used are charged to the video that needed them (a "retry" cost record), so
@@ -168,7 +170,7 @@ def record_retry(factory: Factory, unit: ClaimedUnit, error: str, *, max_attempt
         if rows is None:
             return None
         if spent_s > 0 and rate is not None:
-            s.add(_charge(rows[1].id, "retry", spent_s, rate))
+            s.add(charge(rows[1].id, "retry", spent_s, rate, session_id))
         return _retry_or_fail(s, *rows, error, max_attempts=max_attempts,
                               not_before=utcnow() + timedelta(seconds=backoff_s), solo=solo)
 
@@ -220,12 +222,13 @@ class VideoOutput:
     stages: dict[str, float] = field(default_factory=dict)  # the render's text/denoise/decode share
     seam_score: float | None = None  # a long video's (engine.chunks.seam_score)
     needs_review: bool = False
+    # The worker seconds to charge: the render share plus the storing seconds no render covered (jobs.ledger).
+    # None: all of render, encode and upload (nothing overlapped).
+    charged: float | None = None
 
-
-@dataclass(frozen=True)
-class Rate:
-    usd_per_hour: float
-    source: str
+    @property
+    def charged_s(self) -> float:
+        return self.render_s + self.encode_s + self.upload_s if self.charged is None else self.charged
 
 
 @dataclass(frozen=True)
@@ -250,9 +253,10 @@ class StoragePrice:
 
 
 def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: Rate,
-                   storage: StoragePrice | None = None) -> bool:
-    """Mark one video succeeded with its output and its cost records (GPU seconds; storage and egress by its size).
-    False if the lease was lost."""
+                   storage: StoragePrice | None = None, session_id: int | None = None) -> bool:
+    """Mark one video succeeded with its output and its cost records: "gpu" for this unit's render share plus its
+    storing seconds no render covered (`out.charged_s`; a long video's earlier chunks were charged as they finished),
+    storage and egress by its size. False if the lease was lost."""
     with factory.begin() as s:
         rows = _fenced(s, unit)
         if rows is None:
@@ -270,21 +274,26 @@ def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: 
         video.encode_s, video.upload_s = out.encode_s, out.upload_s
         video.seam_score, video.needs_review = out.seam_score, out.needs_review
         video.last_error = row.last_error = None
-        s.add(_charge(video.id, "gpu", video.render_s + out.encode_s + out.upload_s, rate))
+        s.add(charge(video.id, "gpu", out.charged_s, rate, session_id))
         if storage is not None:
             s.add_all(storage.records(video.id, out.bytes))
         return True
 
 
-def _charge(video_id: int, kind: str, seconds: float, rate: Rate) -> CostRecord:
-    return CostRecord(video_id=video_id, kind=kind, seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,
-                      rate_source=rate.source, amount_micro_usd=round(seconds * rate.usd_per_hour / 3600 * 1e6))
+def record_charge(factory: Factory, video_id: int, kind: str, seconds: float, rate: Rate,
+                  session_id: int | None) -> None:
+    """A charge outside any fenced write: seconds spent on a video whose attempt is not recorded (its run was
+    cancelled mid-render, so its units were released)."""
+    if seconds > 0:
+        with factory.begin() as s:
+            s.add(charge(video_id, kind, seconds, rate, session_id))
 
 
 def record_chunk(factory: Factory, unit: ClaimedUnit, checkpoint: str, render_s: float,
-                 stages: dict[str, float]) -> bool:
+                 stages: dict[str, float], charged_s: float, rate: Rate, session_id: int | None = None) -> bool:
     """A long video's chunk (not its last) finished: its latents are at `checkpoint`; its seconds go on the video's
-    row; the video waits (pending) for its next chunk, which becomes claimable. False if the lease was lost."""
+    row and `charged_s` is charged now, to this worker's session; the video waits (pending) for its next chunk,
+    which becomes claimable. False if the lease was lost."""
     with factory.begin() as s:
         rows = _fenced(s, unit)
         if rows is None:
@@ -300,6 +309,7 @@ def record_chunk(factory: Factory, unit: ClaimedUnit, checkpoint: str, render_s:
         following = s.scalar(select(WorkUnit).where(WorkUnit.video_id == video.id, WorkUnit.chunk == row.chunk + 1)
                              .with_for_update())
         following.ready = True
+        s.add(charge(video.id, "gpu", charged_s, rate, session_id))
         return True
 
 
@@ -317,13 +327,17 @@ def chunk_tokens(factory: Factory, video_id: int) -> dict[int, int]:
         return dict(s.execute(select(WorkUnit.chunk, WorkUnit.lease_token).where(WorkUnit.video_id == video_id)).all())
 
 
-def record_failure(factory: Factory, unit: ClaimedUnit, error: str) -> bool:
-    """Fail one video for good (retrying cannot help, e.g. a different object at its key). False if lease lost."""
+def record_failure(factory: Factory, unit: ClaimedUnit, error: str, spent_s: float = 0.0, rate: Rate | None = None,
+                   session_id: int | None = None) -> bool:
+    """Fail one video for good (retrying cannot help, e.g. a different object at its key), charging the `spent_s`
+    seconds of its attempt. False if lease lost."""
     with factory.begin() as s:
         rows = _fenced(s, unit)
         if rows is None:
             return False
         row, video = rows
+        if spent_s > 0 and rate is not None:
+            s.add(charge(video.id, "retry", spent_s, rate, session_id))
         row.last_error = video.last_error = error[:4000]
         move(row, video, Status.FAILED)
         return True

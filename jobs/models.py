@@ -138,12 +138,35 @@ class WorkUnit(Timestamps, Base):
     video: Mapped[Video] = relationship(back_populates="units", lazy="raise")
 
 
+class WorkerSession(Timestamps, Base):
+    """One worker process's paid time, from its start to its stop (jobs.ledger). Its seconds are either charged to
+    videos (cost records carrying this session's id) or idle: `up_s` minus the charged seconds. `in_flight_*` name the
+    batch it is rendering, so a session that stops heartbeating (a killed worker) has that time charged to the videos
+    that needed it (kind "lost") when another worker's sweeper closes it."""
+
+    __tablename__ = "worker_sessions"
+
+    owner: Mapped[str] = mapped_column(String(255))  # host:pid, as in leases
+    up_s: Mapped[float] = mapped_column(Float, default=0.0)  # seconds up at the last heartbeat (the worker's clock)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # "stopped" (the worker closed it) or "lost" (a sweeper closed it after its heartbeats stopped).
+    end_reason: Mapped[str | None] = mapped_column(String(16))
+    rate_usd_per_hour: Mapped[float] = mapped_column(Float)
+    rate_source: Mapped[str] = mapped_column(Text)
+    in_flight_videos: Mapped[str | None] = mapped_column(Text)  # comma-separated video ids
+    in_flight_since_s: Mapped[float | None] = mapped_column(Float)  # on the session's clock, like up_s
+
+
 class CostRecord(Timestamps, Base):
-    """One charge against one video. `kind` leaves room for the full ledger (encode, upload, retry, idle, storage)."""
+    """One charge against one video: "gpu" (its share of a batch's render, plus storing time no render covered),
+    "retry" (a failed attempt's), "lost" (a killed worker's attempt), "storage" and "egress". The worker seconds
+    behind a charge name their session; idle time stays on the session (jobs.ledger)."""
 
     __tablename__ = "cost_records"
 
     video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
+    session_id: Mapped[int | None] = mapped_column(ForeignKey("worker_sessions.id", ondelete="SET NULL"), index=True)
     kind: Mapped[str] = mapped_column(String(32))
     seconds: Mapped[float] = mapped_column(Float)
     rate_usd_per_hour: Mapped[float] = mapped_column(Float)

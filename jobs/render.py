@@ -26,7 +26,8 @@ from engine.engine import Engine
 from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape
 from jobs import leases, logs, metrics
-from jobs.leases import Claim, ClaimedUnit, Rate, VideoOutput
+from jobs.leases import Claim, ClaimedUnit, VideoOutput
+from jobs.ledger import Meter
 from jobs.settings import Settings
 from storage.encode import encode_mp4
 from storage.stores import ObjectConflict, Store, StoreError, open_store
@@ -116,13 +117,15 @@ def warm_up(settings: Settings, engine: Engine, factory, shapes: int = 4) -> lis
 
 
 def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Finisher | None = None,
-                      on_ready: Callable[[int], None] | None = None) -> BatchResult:
+                      on_ready: Callable[[int], None] | None = None, meter: Meter | None = None) -> BatchResult:
     """Claim one same-shape batch and take it to the store. A result with claimed=0 means nothing was waiting.
 
     With a `finisher`, encoding and storing are queued on it and the result says how many videos are `pending`;
     the leases are renewed until the finisher has recorded them. `on_ready(n)` is called (on whichever thread
-    stores) when n long videos' next chunks have become claimable, so a worker can be told at once.
+    stores) when n long videos' next chunks have become claimable, so a worker can be told at once. `meter` is the
+    worker's clock of paid time (jobs.ledger); without one, charges carry no session.
     """
+    meter = meter or Meter(settings.gpu_rate(), clock=time.perf_counter)
     claim = leases.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s)
     if claim is None:
         return BatchResult()
@@ -130,32 +133,34 @@ def render_next_batch(settings: Settings, engine: Engine, factory, finisher: Fin
     with logs.bound(runs=sorted({u.run_name for u in claim.units}), videos=[u.key for u in claim.units],
                     units=[u.unit_id for u in claim.units], shape=claim.batch.shape.key()):
         log.info("claimed %d (%s)", len(claim.units), claim.batch.shape.key())
-        return _render_claim(settings, engine, factory, claim, finisher, on_ready)
+        return _render_claim(settings, engine, factory, claim, finisher, on_ready, meter)
 
 
-def _render_claim(settings, engine, factory, claim: Claim, finisher, on_ready) -> BatchResult:
+def _render_claim(settings, engine, factory, claim: Claim, finisher, on_ready, meter: Meter) -> BatchResult:
     limit = batch_time_limit(settings, claim.batch.shape, len(claim.units))
     keeper = LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit).__enter__()
     handed_off = False
     try:
-        adopted, todo = _adopt_earlier_uploads(settings, factory, claim)
+        adopted, todo = _adopt_earlier_uploads(settings, factory, claim, meter)
         if not todo:
             return BatchResult(len(claim.units), adopted)
-        started = time.perf_counter()
         try:
-            batch = RenderBatch(claim.batch.shape, tuple(_chunk_request(factory, r, u) for r, u in
-                                                         zip(claim.batch.requests, claim.units) if u in todo))
-            rendered = engine.render(batch, should_stop=keeper.should_stop)
+            with meter.busy(u.video_id for u in todo) as span:
+                batch = RenderBatch(claim.batch.shape, tuple(_chunk_request(factory, r, u) for r, u in
+                                                             zip(claim.batch.requests, claim.units) if u in todo))
+                rendered = engine.render(batch, should_stop=keeper.should_stop)
         except RenderInterrupted as exc:
-            spent = (time.perf_counter() - started) / len(todo)
-            return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted, spent)
+            return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted, meter,
+                                span.seconds / len(todo))
         except Exception as exc:  # noqa: BLE001 - every failure of a batch is a failed attempt for its videos
             log.exception("batch of %d (%s) failed", len(todo), claim.batch.shape.key())
-            spent = (time.perf_counter() - started) / len(todo)
-            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted, spent)
-        # The batch's render time is shared equally: its videos have the same shape, so the same work.
-        render_share = (time.perf_counter() - started) / len(todo)
-        store = partial(_store_all, settings, factory, claim, todo, rendered, render_share, adopted, engine, on_ready)
+            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted, meter,
+                              span.seconds / len(todo))
+        # The batch's render time is shared equally: its videos have the same shape (frames x steps x pixels), so
+        # the same work.
+        render_share = span.seconds / len(todo)
+        store = partial(_store_all, settings, factory, claim, todo, rendered, render_share, adopted, engine, on_ready,
+                        meter)
         if finisher is None:
             return store()
         finisher.submit(partial(logs.current_context().run, _finish, store, keeper))
@@ -176,7 +181,7 @@ def _finish(store: Callable[[], BatchResult], keeper: LeaseKeeper) -> BatchResul
         keeper.__exit__(None, None, None)
 
 
-def _adopt_earlier_uploads(settings, factory, claim: Claim) -> tuple[int, list[ClaimedUnit]]:
+def _adopt_earlier_uploads(settings, factory, claim: Claim, meter: Meter) -> tuple[int, list[ClaimedUnit]]:
     """Videos whose earlier attempt uploaded but died before recording it: adopt the object, skip the render."""
     adopted, todo = 0, []
     for unit in claim.units:
@@ -188,17 +193,14 @@ def _adopt_earlier_uploads(settings, factory, claim: Claim) -> tuple[int, list[C
                 found = None  # the store will be asked again when this video is stored
         if found is not None and found.sha256 == unit.upload_sha256:
             out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0)
-            recorded = leases.record_success(factory, unit, out, _rate(settings), settings.storage_price())
+            recorded = leases.record_success(factory, unit, out, meter.rate, settings.storage_price(),
+                                             meter.session_id)
             adopted += recorded
             if recorded and unit.chunked:
                 _drop_checkpoints(factory, unit)
         else:
             todo.append(unit)
     return adopted, todo
-
-
-def _rate(settings: Settings) -> Rate:
-    return Rate(settings.gpu_hour_usd, settings.gpu_hour_source)
 
 
 def _chunk_request(factory, request: RenderRequest, unit: ClaimedUnit) -> RenderRequest:
@@ -229,15 +231,14 @@ def load_latents(data: bytes) -> torch.Tensor:
     return safetensors.torch.load(data)["latents"]
 
 
-def _store_chunk(factory, unit: ClaimedUnit, latents: torch.Tensor, render_share: float,
-                 stages: dict[str, float]) -> bool:
-    """A chunk before the last: checkpoint its latents in the store, then record it (its next chunk is ready)."""
+def _store_chunk(unit: ClaimedUnit, latents: torch.Tensor) -> str:
+    """A chunk before the last: checkpoint its latents in the store; returns the checkpoint's key."""
     data = save_latents(latents)
     key = checkpoint_key(unit)
     store_for(unit.output).put(key, data, sha256=hashlib.sha256(data).hexdigest(),
                                content_type="application/octet-stream",
                                metadata={"run": unit.run_name, "id": unit.key, "chunk": str(unit.chunk)})
-    return leases.record_chunk(factory, unit, key, render_share, stages)
+    return key
 
 
 def _stitch_long(factory, engine: Engine, shape: Shape, unit: ClaimedUnit, video: RenderedVideo) -> RenderedVideo:
@@ -270,55 +271,68 @@ def _drop_checkpoints(factory, unit: ClaimedUnit) -> None:
                 log.warning("could not remove checkpoint %s: %s", key, exc)
 
 
-def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, engine=None,
-               on_ready: Callable[[int], None] | None = None) -> BatchResult:
+def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, engine, on_ready,
+               meter: Meter) -> BatchResult:
+    """Store each rendered video (or checkpoint each chunk) and record it. Each is charged its render share plus the
+    seconds its storing took that no render covered (jobs.ledger)."""
     ok = retried = failed = readied = 0
     for unit, video in zip(todo, rendered):
-        if video.error is None and unit.chunked and not unit.last_chunk:
+        with meter.uncovered() as span:
             try:
-                readied += _store_chunk(factory, unit, video.latents, render_share, video.stages)
-            except Exception as exc:  # noqa: BLE001 - the store is down: this chunk is retried
-                log.warning("checkpointing chunk %d of %s failed: %s", unit.chunk, unit.key, exc)
-                retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}", spent=render_share)
-                retried += retried_now is True
-                failed += retried_now is False
-            continue
-        if video.error is None and unit.chunked:
-            try:
-                video = _stitch_long(factory, engine, claim.batch.shape, unit, video)
-            except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
-                log.warning("stitching %s failed: %s", unit.key, exc)
-                video = replace(video, error=f"{type(exc).__name__}: {exc}")
-        if video.error is not None:
-            retried_now = _retry(settings, factory, unit, video.error, spent=render_share)
-        else:
-            try:
-                out = _store_video(factory, claim, unit, video.frames, render_share, video.stages,
-                                   video.seam_score, settings.seam_review)
+                outcome, value = _store_one(factory, engine, claim, unit, video, settings)
             except ObjectConflict as exc:
-                lost = leases.record_failure(factory, unit, f"ObjectConflict: {exc}")
-                failed += lost
-                metrics.VIDEOS.labels("failed").inc(lost)
-                continue
+                outcome, value = "conflict", f"ObjectConflict: {exc}"
             except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
-                log.warning("storing video %s failed: %s", unit.key, exc)
-                retried_now = _retry(settings, factory, unit, f"{type(exc).__name__}: {exc}", spent=render_share)
-            else:
-                if out is not None:
-                    recorded = leases.record_success(factory, unit, out, _rate(settings), settings.storage_price())
-                    ok += recorded
-                    if recorded:
-                        _count_success(out)
-                    if recorded and unit.chunked:
-                        _drop_checkpoints(factory, unit)
-                continue
-        retried += retried_now is True
-        failed += retried_now is False
+                log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)
+                outcome, value = "retry", f"{type(exc).__name__}: {exc}"
+        spent = render_share + span.seconds
+        if outcome == "conflict":
+            lost = leases.record_failure(factory, unit, value, spent, meter.rate, meter.session_id)
+            failed += lost
+            metrics.VIDEOS.labels("failed").inc(lost)
+        elif outcome == "retry":
+            retried_now = _retry(settings, factory, unit, value, meter, spent=spent)
+            retried += retried_now is True
+            failed += retried_now is False
+        # outcome "lost": the lease was lost before the upload; whoever holds it now stores this video. A worker
+        # whose lease was lost writes nothing, cost records included: its seconds stay on its session (jobs.ledger).
+        elif outcome == "chunk":
+            readied += leases.record_chunk(factory, unit, value, render_share, video.stages, spent, meter.rate,
+                                           meter.session_id)
+            metrics.GPU_SECONDS.inc(spent)
+        else:
+            out = replace(value, render_s=render_share, charged=spent)
+            recorded = leases.record_success(factory, unit, out, meter.rate, settings.storage_price(),
+                                             meter.session_id)
+            ok += recorded
+            if recorded:
+                _count_success(out)
+                if unit.chunked:
+                    _drop_checkpoints(factory, unit)
     if readied and on_ready is not None:
         on_ready(readied)
     if ok or failed:
         _results_if_done(factory, {u.run_name for u in todo})
     return BatchResult(len(claim.units), ok + adopted, retried, failed)
+
+
+def _store_one(factory, engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
+               settings: Settings) -> tuple[str, object]:
+    """Encode and store one rendered video, or checkpoint one chunk. Returns ("video", its VideoOutput), ("chunk",
+    the checkpoint's key), ("retry", an error) or ("lost", None) if its lease was lost. Raises what the store
+    raised."""
+    if video.error is None and unit.chunked and not unit.last_chunk:
+        return "chunk", _store_chunk(unit, video.latents)
+    if video.error is None and unit.chunked:
+        try:
+            video = _stitch_long(factory, engine, claim.batch.shape, unit, video)
+        except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
+            log.warning("stitching %s failed: %s", unit.key, exc)
+            return "retry", f"{type(exc).__name__}: {exc}"
+    if video.error is not None:
+        return "retry", video.error
+    out = _store_video(factory, claim, unit, video.frames, video.stages, video.seam_score, settings.seam_review)
+    return ("lost", None) if out is None else ("video", out)
 
 
 def _results_if_done(factory, runs: set[str]) -> None:
@@ -333,46 +347,58 @@ def _results_if_done(factory, runs: set[str]) -> None:
             log.warning("could not write the result files of run %s: %s", run, exc)
 
 
-def _retry(settings, factory, unit: ClaimedUnit, error: str, *, solo: bool = False,
+def _retry(settings, factory, unit: ClaimedUnit, error: str, meter: Meter, *, solo: bool = False,
            spent: float = 0.0) -> bool | None:
     """A failed attempt, retried or failed; the `spent` seconds it took are charged to its video (kind "retry")."""
     outcome = leases.record_retry(factory, unit, error, max_attempts=settings.max_attempts,
                                   backoff_s=backoff(settings, unit.attempts), solo=solo, spent_s=spent,
-                                  rate=_rate(settings))
+                                  rate=meter.rate, session_id=meter.session_id)
     if outcome is not None:
         metrics.VIDEOS.labels("retried" if outcome else "failed").inc()
         metrics.GPU_SECONDS.inc(spent)
     return outcome
 
 
+def _charge_cancelled(factory, unit: ClaimedUnit, spent: float, meter: Meter) -> None:
+    """Charge the seconds a render spent before its run was cancelled (the release records no attempt)."""
+    try:
+        leases.record_charge(factory, unit.video_id, "cancelled", spent, meter.rate, meter.session_id)
+    except Exception:  # noqa: BLE001 - the database is away: these seconds stay in the session's idle time
+        log.warning("could not charge %.1f s to video %s", spent, unit.key, exc_info=True)
+        return
+    metrics.GPU_SECONDS.inc(spent)
+
+
 def _count_success(out: VideoOutput) -> None:
     metrics.VIDEOS.labels("succeeded").inc()
-    metrics.GPU_SECONDS.inc(out.render_s + out.encode_s + out.upload_s)
+    metrics.GPU_SECONDS.inc(out.charged_s)
     for stage, seconds in {**out.stages, "encode": out.encode_s, "upload": out.upload_s}.items():
         if seconds is not None:
             metrics.STAGE_SECONDS.labels(stage).observe(seconds)
 
 
-def _retry_all(settings, factory, claim, todo, error: str, adopted: int, spent: float = 0.0) -> BatchResult:
+def _retry_all(settings, factory, claim, todo, error: str, adopted: int, meter: Meter,
+               spent: float = 0.0) -> BatchResult:
     # A batch of several that failed is split: each video retries alone, so one bad video cannot fail the rest.
-    outcomes = [_retry(settings, factory, u, error, solo=len(todo) > 1, spent=spent) for u in todo]
+    outcomes = [_retry(settings, factory, u, error, meter, solo=len(todo) > 1, spent=spent) for u in todo]
     return BatchResult(len(claim.units), adopted, outcomes.count(True), outcomes.count(False))
 
 
-def _interrupted(settings, factory, claim, todo, reason: str, limit: float, adopted: int,
+def _interrupted(settings, factory, claim, todo, reason: str, limit: float, adopted: int, meter: Meter,
                  spent: float = 0.0) -> BatchResult:
     if reason == "time limit":
         return _retry_all(settings, factory, claim, todo, f"batch time limit of {limit:.0f} s exceeded", adopted,
-                          spent)
+                          meter, spent)
     if reason == "lease lost":  # another worker owns these units now; every write from here would be refused
         return BatchResult(len(claim.units), adopted)
+    for unit in todo:  # cancelled: the seconds were spent on these videos all the same
+        _charge_cancelled(factory, unit, spent, meter)
     released = sum(leases.release(factory, u) for u in todo)  # cancelled runs' units become cancelled
     return BatchResult(len(claim.units), adopted, released=released)
 
 
-def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, render_share: float,
-                 stages: dict[str, float], seam_score: float | None = None,
-                 seam_review: float = float("inf")) -> VideoOutput | None:
+def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, stages: dict[str, float],
+                 seam_score: float | None = None, seam_review: float = float("inf")) -> VideoOutput | None:
     t0 = time.perf_counter()
     data = encode_mp4(frames, unit.fps)
     digest = hashlib.sha256(data).hexdigest()
@@ -384,7 +410,7 @@ def _store_video(factory, claim: Claim, unit: ClaimedUnit, frames, render_share:
         metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": claim.batch.shape.model},
     )
     t2 = time.perf_counter()
-    return VideoOutput(stored.uri, stored.bytes, stored.sha256, render_share, t1 - t0, t2 - t1, dict(stages),
+    return VideoOutput(stored.uri, stored.bytes, stored.sha256, 0.0, t1 - t0, t2 - t1, dict(stages),
                        seam_score, seam_score is not None and seam_score > seam_review)
 
 

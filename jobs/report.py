@@ -1,6 +1,7 @@
 """A run's report as plain data (for --json) and as a table (for people).
 
-Denominators count successful videos only (a failed video's cost stays in the total). Throughput is over the run's
+Denominators count successful videos only (a failed video's cost stays in the total). Idle worker time is the run's
+share of its workers' sessions (jobs.ledger.run_ledger), shown on its own and included in the cost per video. Throughput is over the run's
 active span: first claim to last stored video. Queue wait is submission to first claim; render latency is first claim
 to stored object (a long video's spans all its chunks).
 """
@@ -48,7 +49,8 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-def summary(run: Run, videos: list[tuple[Video, int]], price: Price | None = None) -> dict:
+def summary(run: Run, videos: list[tuple[Video, int]], price: Price | None = None, ledger: dict | None = None) -> dict:
+    """`ledger`: the run's jobs.ledger.run_ledger (idle share, charges by kind); without it, no idle time."""
     ok = [v for v, _ in videos if Status(v.status) is Status.SUCCEEDED]
     claimed = [v for v, _ in videos if v.started_at is not None]
     total_micro = sum(m for _, m in videos)
@@ -60,17 +62,24 @@ def summary(run: Run, videos: list[tuple[Video, int]], price: Price | None = Non
         if Status(v.status) is Status.FAILED:
             reason = failure_reason(v.last_error)
             failures[reason] = failures.get(reason, 0) + 1
+    ledger = ledger or {}
+    idle_usd = ledger.get("idle_usd", 0.0)
+    with_idle = total_micro / 1e6 + idle_usd
     cost = {
-        "total_usd": total_micro / 1e6,
+        "total_usd": total_micro / 1e6,  # the videos' own charges, failed ones included
+        "idle_usd": idle_usd, "idle_s": ledger.get("idle_s", 0.0),
+        "by_kind_usd": {**ledger.get("by_kind_usd", {}), **({"idle": idle_usd} if idle_usd else {})},
+        "total_with_idle_usd": with_idle,
         # Success-only denominators: failed videos' cost stays in the total.
-        "per_successful_video_usd": (total_micro / len(ok) / 1e6) if ok else None,
-        "per_video_second_usd": (total_micro / video_seconds / 1e6) if video_seconds else None,
+        "per_successful_video_usd": (with_idle / len(ok)) if ok else None,
+        "per_successful_video_excluding_idle_usd": (total_micro / len(ok) / 1e6) if ok else None,
+        "per_video_second_usd": (with_idle / video_seconds) if video_seconds else None,
     }
     margin = None
     if price is not None and video_seconds:
         revenue = price.usd_per_video_s * video_seconds
         margin = {"price_per_video_second_usd": price.usd_per_video_s, "source": price.source,
-                  "revenue_usd": revenue, "gross_margin": (revenue - total_micro / 1e6) / revenue}
+                  "revenue_usd": revenue, "gross_margin": (revenue - with_idle) / revenue}
     return {
         "failures_by_reason": failures,
         "throughput": {"span_s": span, "videos_per_hour": 3600 * len(ok) / span if span else None,
@@ -83,7 +92,8 @@ def summary(run: Run, videos: list[tuple[Video, int]], price: Price | None = Non
     }
 
 
-def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None = None) -> dict:
+def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None = None,
+                ledger: dict | None = None) -> dict:
     counts = {s.value: 0 for s in Status}
     rows = []
     for v, micro in videos:
@@ -97,7 +107,7 @@ def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None =
             "chunks": v.chunks, "seam_score": v.seam_score, "needs_review": v.needs_review,
             "cost_usd": micro / 1e6,
         })
-    extra = summary(run, videos, price)
+    extra = summary(run, videos, price, ledger)
     return {
         "run_id": run.id, "name": run.name, "model": run.model, "output": run.output, "priority": run.priority,
         "source": run.source, "created_at": run.created_at.isoformat(), "counts": counts,
@@ -123,7 +133,9 @@ def print_report(console: Console, data: dict) -> None:
     counts = ", ".join(f"{n} {k}" for k, n in data["counts"].items() if n)
     per = data["cost"]["per_successful_video_usd"]
     per_text = f"${per:.6f} per successful video" if per is not None else "no successful videos"
-    console.print(f"{counts}; total ${data['cost']['total_usd']:.6f}, {per_text}", highlight=False)
+    idle = data["cost"]["idle_usd"]
+    idle_text = f" + ${idle:.6f} idle worker time ({data['cost']['idle_s']:.1f} s, its share)" if idle else ""
+    console.print(f"{counts}; total ${data['cost']['total_usd']:.6f}{idle_text}; {per_text}", highlight=False)
     if data["failures_by_reason"]:
         console.print("failures: " + ", ".join(f"{n} {reason}" for reason, n in data["failures_by_reason"].items()),
                       markup=False, highlight=False)

@@ -128,6 +128,11 @@ class Settings:
         shared = {f.name for f in fields(EngineConfig)} & {f.name for f in fields(Settings)}
         return EngineConfig(**{name: getattr(self, name) for name in shared})
 
+    def gpu_rate(self):
+        from jobs.ledger import Rate
+
+        return Rate(self.gpu_hour_usd, self.gpu_hour_source)
+
     def storage_price(self):
         from jobs.leases import StoragePrice
 

@@ -16,7 +16,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from engine.engine import Engine
 from jobs import leases
 from jobs.db import session_factory
-from jobs.render import Finisher, render_next_batch, warm_up
+from jobs.ledger import Meter
+from jobs.render import Finisher, render_next_batch, warm_up, worker_id
 from jobs.settings import Settings
 from jobs.sweeper import Sweeper
 
@@ -47,6 +48,13 @@ def _finisher() -> Finisher:
     return Finisher()
 
 
+@lru_cache(maxsize=1)
+def _meter() -> Meter:
+    """This rendering process's clock of paid time; its session opens when the process is ready (jobs.ledger)."""
+    settings = Settings.from_env()
+    return Meter(settings.gpu_rate(), session_factory(settings.database_url), worker_id())
+
+
 # A database that is restarting or briefly unreachable: retry the ticket with backoff. The batch it held keeps
 # its lease until that expires, then the reaper hands it on; its stored objects are adopted, never duplicated.
 @shared_task(name="reelbatch.render_next", acks_late=True, autoretry_for=(OperationalError, InterfaceError),
@@ -59,7 +67,7 @@ def render_next() -> dict:
         _compile_ahead(settings, engine, factory)
         app = render_next.app
         result = render_next_batch(settings, engine, factory, _finisher() if settings.overlap else None,
-                                   on_ready=lambda n: send_tickets(n, app=app))
+                                   on_ready=lambda n: send_tickets(n, app=app), meter=_meter())
     finally:
         _busy.clear()
     if result.claimed and leases.claimable(factory):
@@ -117,15 +125,26 @@ def _start_sweeper() -> None:
         index = getattr(current_process(), "index", None)  # a prefork child's pool index; none in a solo worker
         serve(settings.metrics_port + (0 if index is None else index + 1))
     app = current_app._get_current_object()  # the worker's app, taken here in its main thread
-    Sweeper(settings, session_factory(settings.database_url), _busy, lambda n: send_tickets(n, app=app)).start()
+    meter = _meter()
+    try:
+        meter.open()
+    except Exception:  # noqa: BLE001 - the database is away: the first heartbeat that reaches it opens the session
+        log.warning("could not open the worker session; the sweeper will", exc_info=True)
+    Sweeper(settings, session_factory(settings.database_url), _busy, lambda n: send_tickets(n, app=app),
+            meter).start()
 
 
 @worker_process_shutdown.connect
 @worker_shutdown.connect
 def _finish_stores(**_) -> None:
-    """A warm shutdown stores the batch still in the finisher before the process exits."""
+    """A warm shutdown stores the batch still in the finisher before the process exits, then closes its session."""
     if _finisher.cache_info().currsize:
         _finisher().wait()
+    if _meter.cache_info().currsize:
+        try:
+            _meter().close()
+        except Exception:  # noqa: BLE001 - the database is away: a sweeper closes the session from its last heartbeat
+            log.warning("could not close the worker session", exc_info=True)
 
 
 @after_setup_logger.connect

@@ -36,7 +36,9 @@ def check_videos(report: dict, read_bytes) -> None:
         assert v["frames"] % 4 == 1 and v["duration_s"] == pytest.approx(v["frames"] / v["fps"])
         assert 0 <= v["seed"] < 2**63 and v["cost_usd"] > 0
     per = report["cost"]["per_successful_video_usd"]
-    assert per == pytest.approx(report["cost"]["total_usd"] / len(report["videos"]))
+    assert per == pytest.approx(report["cost"]["total_with_idle_usd"] / len(report["videos"]))
+    assert report["cost"]["total_with_idle_usd"] == pytest.approx(report["cost"]["total_usd"]
+                                                                   + report["cost"]["idle_usd"])
 
 
 def test_run_demo_to_a_local_folder(cli, tmp_path):
@@ -54,6 +56,14 @@ def test_run_demo_to_a_local_folder(cli, tmp_path):
     assert (tmp_path / "outputs" / "demo" / "errors.jsonl").read_text() == ""
     assert report["throughput"]["videos_per_hour"] > 0 and report["render_latency_s"]["p50"] > 0
     assert report["gross_margin"]["gross_margin"] < 1 and report["cost"]["per_video_second_usd"] > 0
+    # The embedded worker's session, closed when it stopped: charged + idle = its up time x rate, to the cent.
+    ledger = cli.json("ledger")
+    (session,) = ledger["sessions"]
+    assert session["state"] == "stopped" and 0 < session["charged_s"] < session["up_s"] and session["idle_s"] > 0
+    assert abs(session["charged_micro_usd"] + session["idle_micro_usd"] - session["total_micro_usd"]) < 10_000
+    assert session["runs"] == {str(report["run_id"]): len(report["videos"])}
+    assert report["cost"]["idle_usd"] == pytest.approx(session["idle_micro_usd"] / 1e6)
+    assert "charged to videos" in cli("ledger").stdout
     plan = cli.json("capacity", "--run", "demo", "--gpus", "8")
     ceiling, sustainable, budget = plan["levels"]
     assert ceiling["videos_per_day"] >= sustainable["videos_per_day"] > budget["videos_per_day"] > 0
@@ -79,7 +89,8 @@ def test_the_html_report_renders_offline_in_a_real_browser(cli, tmp_path, chromi
     cli("report", "demo", "--html", str(page))
     text = page.read_text(encoding="utf-8")
     assert "http://" not in text and "https://" not in text, "the report must open offline"
-    assert text.count("<svg") == 3 and "a red circle moving left" in text
+    assert text.count("<svg") == 4 and "a red circle moving left" in text  # throughput, latency, stage and charge charts
+    assert "Cost by charge" in text and "idle worker time" in text
     proc = subprocess.run([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                            f"--user-data-dir={tmp_path / 'chromium'}", "--dump-dom", page.as_uri()],
                           capture_output=True, text=True, timeout=120)

@@ -45,7 +45,8 @@ def test_a_batch_renders_encodes_stores_and_costs(setup):
         info = probe_mp4(folder / f"{v.key}.mp4")
         assert (info.frames, info.width, info.height, info.fps) == (9, 64, 64, 8)
         cost = costs[v.id]
-        assert cost.seconds == pytest.approx(v.render_s + v.encode_s + v.upload_s)
+        # Without the finisher nothing overlaps: its render share, encode and upload, and the bookkeeping between.
+        assert v.render_s + v.encode_s + v.upload_s <= cost.seconds < v.render_s + v.encode_s + v.upload_s + 0.5
         assert cost.amount_micro_usd == round(cost.seconds * 3.6 / 3600 * 1e6) > 0
         # Keeping it: its bytes at the default $0.023 per GB-month for one month (egress is off by default).
         assert storage[v.id].amount_micro_usd == round(v.bytes / 1e9 * 0.023 * 1e6)
@@ -88,7 +89,9 @@ def test_an_existing_different_object_is_never_overwritten(setup):
     assert (folder / "v1.mp4").read_bytes() == b"somebody else's video"
     with factory() as s:
         v1 = s.scalar(select(Video).where(Video.key == "v1"))
-        assert s.scalar(select(CostRecord).where(CostRecord.video_id == v1.id)) is None
+        # No output and no storage charge; the render it took is charged as its failed attempt (the run's total).
+        kinds = list(s.scalars(select(CostRecord.kind).where(CostRecord.video_id == v1.id)))
+    assert kinds == ["retry"]
     assert Status(v1.status) is Status.FAILED
     assert "ObjectConflict" in v1.last_error and "v1.mp4" in v1.last_error
     # Every video is done, so the worker wrote the run's result files beside the videos, OpenAI Batch style.
@@ -146,7 +149,9 @@ def test_a_failed_attempt_is_charged_to_the_video_that_needed_it(setup):
         assert r.amount_micro_usd == round(r.seconds * 3.6 / 3600 * 1e6)
     assert sorted(kinds.values()) == [["retry", "gpu", "storage"]] * 3
     retry = [r for r in records if r.kind == "retry"]
-    assert all(r.seconds > 0 for r in retry) and len({round(r.seconds, 9) for r in retry}) == 1, "equal shares"
+    # An equal share of the batch's render, plus its own encode and failed store, which differ by milliseconds.
+    seconds = [r.seconds for r in retry]
+    assert min(seconds) > 0 and max(seconds) - min(seconds) < 0.5
     report = report_dict(run_row, videos)
     assert report["cost"]["total_usd"] * 1e6 == pytest.approx(sum(r.amount_micro_usd for r in records))
     for row in report["videos"]:

@@ -42,11 +42,21 @@ def test_report_summary_numbers():
     assert r["stages_s"] == {"text": 1.0, "denoise": 48.0, "decode": 1.0, "encode": pytest.approx(0.4),
                              "upload": pytest.approx(0.2)}
     # $0.036 in all; failed videos' cost stays in the total, the denominators count successes only.
-    assert r["cost"] == {"total_usd": 0.036, "per_successful_video_usd": pytest.approx(0.018),
+    assert r["cost"] == {"total_usd": 0.036, "idle_usd": 0.0, "idle_s": 0.0, "by_kind_usd": {},
+                         "total_with_idle_usd": 0.036, "per_successful_video_usd": pytest.approx(0.018),
+                         "per_successful_video_excluding_idle_usd": pytest.approx(0.018),
                          "per_video_second_usd": pytest.approx(0.0036)}
     # 10 video-seconds at $0.06 = $0.60 of revenue against $0.036 of cost.
     assert r["gross_margin"] == {"price_per_video_second_usd": 0.06, "source": "test price",
                                  "revenue_usd": pytest.approx(0.6), "gross_margin": pytest.approx(0.94)}
+    # With the run's share of its workers' idle time ($0.004): shown apart, and in the cost per video and margin.
+    idle = report_dict(run, rows, Price(0.06, "test price"),
+                       {"idle_usd": 0.004, "idle_s": 4.0, "by_kind_usd": {"gpu": 0.036}})
+    assert idle["cost"]["by_kind_usd"] == {"gpu": 0.036, "idle": 0.004}
+    assert idle["cost"]["per_successful_video_usd"] == pytest.approx(0.02)
+    assert idle["cost"]["per_successful_video_excluding_idle_usd"] == pytest.approx(0.018)
+    assert idle["cost"]["per_video_second_usd"] == pytest.approx(0.004)
+    assert idle["gross_margin"]["gross_margin"] == pytest.approx(1 - 0.04 / 0.6)
 
 
 def test_a_run_with_nothing_done_reports_no_rates():

@@ -1,0 +1,223 @@
+"""The cost ledger closes: every second of a worker session is charged to a video or counted idle, to the cent.
+
+The main test drives the real path (claim -> tiny engine -> PyAV -> store -> rows) on a controlled clock: renders,
+encodes and idle gaps take exactly the seconds the test says, so each charge and the idle time are known in advance.
+"""
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from engine.engine import Engine
+from jobs import ledger, queries
+from jobs.db import session_factory
+from jobs.ledger import Meter, Rate
+from jobs.manifest import load_manifest
+from jobs.models import CostRecord, Video, WorkerSession, utcnow
+from jobs.render import Finisher, render_next_batch
+from jobs.report import report_dict
+from jobs.settings import Settings
+from storage.stores import StoreUnavailable
+
+RATE = Rate(3.6, "test rate: $3.60/h, so one second is 1000 micro-dollars")
+RENDER_S, ENCODE_S = 60.0, 5.0
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def world(tmp_path, db_url, model_cache, registry, monkeypatch):
+    """On both databases (tests/jobs/conftest.py): PostgreSQL sums money as NUMERIC, SQLite as integers."""
+    settings = dataclasses.replace(Settings.from_env({}), database_url=db_url,
+                                   cache_dir=model_cache, max_batch=2, gpu_hour_usd=RATE.usd_per_hour,
+                                   gpu_hour_source=RATE.source, retry_backoff_s=0.0, overlap=False)
+    factory = session_factory(settings.database_url)
+    clock = Clock()
+    engine = Engine(settings.engine_config(), registry)
+    real_render = engine.render
+
+    def render(batch, **kwargs):  # a batch's render takes RENDER_S on the worker's clock, whatever its size
+        rendered = real_render(batch, **kwargs)
+        clock.advance(RENDER_S)
+        return rendered
+
+    monkeypatch.setattr(engine, "render", render)
+    import jobs.render as render_module
+
+    real_encode = render_module.encode_mp4
+
+    def encode(frames, fps):
+        clock.advance(ENCODE_S)
+        return real_encode(frames, fps)
+
+    monkeypatch.setattr(render_module, "encode_mp4", encode)
+
+    def submit(name: str, videos: int):
+        manifest = tmp_path / f"{name}.yaml"
+        manifest.write_text(f"name: {name}\ndefaults: {{steps: 1}}\nvideos:\n"
+                            + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(videos)))
+        return queries.submit_run(factory, load_manifest(manifest, registry=registry),
+                                  output=f"file://{tmp_path / 'out'}/").run_id
+
+    return settings, factory, engine, clock, submit
+
+
+def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch):
+    settings, factory, engine, clock, submit = world
+    meter = Meter(RATE, factory, "test-worker", clock=clock)
+    first = submit("a", 5)
+    # The store refuses v1's first upload: that attempt (its render share and its encode) is a "retry" charge.
+    import jobs.render as render_module
+
+    real_store_for = render_module.store_for
+    refused = []
+
+    class FlakyStore:
+        def __init__(self, store):
+            self.store = store
+
+        def put(self, key, *args, **kwargs):
+            if key.endswith("/v1.mp4") and not refused:
+                refused.append(key)
+                raise StoreUnavailable("the store is down for this one upload")
+            return self.store.put(key, *args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.store, name)
+
+    monkeypatch.setattr(render_module, "store_for", lambda prefix: FlakyStore(real_store_for(prefix)))
+
+    meter.open()
+    clock.advance(30)  # loading the model
+    for gap in (100.0, 20.0, 0.0):  # run a: 5 videos + 1 retry = three batches of 2
+        result = render_next_batch(settings, engine, factory, meter=meter)
+        assert result.claimed == 2
+        clock.advance(gap)
+        meter.heartbeat()
+    assert render_next_batch(settings, engine, factory, meter=meter).claimed == 0, "run a is done"
+    second = submit("b", 2)
+    clock.advance(40)
+    assert render_next_batch(settings, engine, factory, meter=meter).succeeded == 2
+    clock.advance(10)
+    meter.close()
+    assert refused, "the flaky upload happened"
+
+    # Every attempt was a batch of 2 on one shape: RENDER_S shared equally, plus its own encode (storing took no
+    # clock time beyond that, and nothing overlapped: storing ran inline).
+    per_attempt = RENDER_S / 2 + ENCODE_S
+    up = 30 + 3 * (RENDER_S + 2 * ENCODE_S) + 100 + 20 + 0 + 40 + (RENDER_S + 2 * ENCODE_S) + 10
+    charged = 8 * per_attempt  # 7 successes and 1 retry
+    (session,) = ledger.sessions(factory)
+    assert session.state == "stopped" and session.owner == "test-worker"
+    assert session.up_s == pytest.approx(up) and session.charged_s == pytest.approx(charged)
+    assert session.idle_s == pytest.approx(up - charged) == pytest.approx(30 + 100 + 20 + 40 + 10)
+    assert session.total_micro_usd == round(up * 1000)
+    assert session.charged_micro_usd + session.idle_micro_usd == session.total_micro_usd, "to the micro-dollar"
+    assert session.runs == {first: 5, second: 2}
+
+    with factory() as s:
+        records = list(s.scalars(select(CostRecord).join(Video).where(CostRecord.kind != "storage")
+                                 .order_by(CostRecord.id)))
+        keys = {v.id: (v.run_id, v.key) for v in s.scalars(select(Video))}
+    by_video = {}
+    for r in records:
+        assert r.session_id == session.id and r.rate_usd_per_hour == 3.6 and r.rate_source == RATE.source
+        assert r.seconds == pytest.approx(per_attempt) and r.amount_micro_usd == round(per_attempt * 1000)
+        by_video.setdefault(keys[r.video_id], []).append(r.kind)
+    assert by_video.pop((first, "v1")) == ["retry", "gpu"], "the retry is charged to the video that needed it"
+    assert sorted(by_video.values()) == [["gpu"]] * 6
+
+    # Idle time is spread over the successful videos of the runs the session served: 5 of run a's, 2 of run b's.
+    idle_micro = session.idle_micro_usd
+    for run_id, share in ((first, 5 / 7), (second, 2 / 7)):
+        run_ledger = ledger.run_ledger(factory, run_id)
+        assert run_ledger["idle_usd"] == pytest.approx(idle_micro * share / 1e6)
+        run_row, videos = queries.load_report(factory, str(run_id))
+        report = report_dict(run_row, videos, settings.price(), run_ledger)
+        cost = report["cost"]
+        assert cost["idle_usd"] == pytest.approx(idle_micro * share / 1e6)
+        assert cost["per_successful_video_usd"] == pytest.approx(
+            (cost["total_usd"] + cost["idle_usd"]) / len(videos))
+        assert cost["by_kind_usd"]["gpu"] == pytest.approx(len(videos) * per_attempt / 1000)
+    # All runs' charges (storage aside, which is no worker time) plus idle: the session's up time x rate.
+    assert sum(r.amount_micro_usd for r in records) + idle_micro == round(up * 1000)
+
+
+def test_overlapped_storing_is_charged_only_where_no_render_covered_it():
+    """Batch k stores (background) while batch k+1 renders: the overlap is paid once, by the render."""
+    clock = Clock()
+    meter = Meter(RATE, clock=clock)
+    storing = meter.uncovered()
+    store_a = storing.__enter__()  # t=0: batch A starts storing
+    clock.advance(1)
+    rendering = meter.busy([1, 2])
+    render_b = rendering.__enter__()  # t=1: batch B starts rendering
+    clock.advance(3)
+    storing.__exit__(None, None, None)  # t=4: A stored; 3 of its 4 s were covered by B's render
+    clock.advance(6)
+    rendering.__exit__(None, None, None)  # t=10
+    with meter.uncovered() as store_b:  # t=10..12: B stores with nothing rendering
+        clock.advance(2)
+    assert (store_a.seconds, render_b.seconds, store_b.seconds) == (1.0, 9.0, 2.0)
+    assert store_a.seconds + render_b.seconds + store_b.seconds == clock() - 1000.0, "every second once"
+
+
+def test_a_lost_session_charges_its_batch_in_flight_to_its_videos(world):
+    """A worker killed mid-render: its heartbeat recorded the batch in flight; another worker's sweeper closes the
+    session and charges the seconds up to the last heartbeat to those videos (kind "lost")."""
+    settings, factory, engine, clock, submit = world
+    run_id = submit("k", 2)
+    with factory() as s:
+        ids = list(s.scalars(select(Video.id).where(Video.run_id == run_id).order_by(Video.id)))
+    meter = Meter(RATE, factory, "doomed", clock=clock)
+    meter.open()
+    clock.advance(10)
+    rendering = meter.busy(ids)
+    rendering.__enter__()
+    clock.advance(8)
+    meter.heartbeat()  # its last: then it is killed (no close, no records)
+    assert ledger.close_lost_sessions(factory, stale_after_s=15) == 0, "not stale yet"
+    later = utcnow() + timedelta(seconds=16)
+    assert ledger.close_lost_sessions(factory, stale_after_s=15, now=later) == 1
+    assert ledger.close_lost_sessions(factory, stale_after_s=15, now=later) == 0, "closed once"
+    (session,) = ledger.sessions(factory)
+    assert (session.state, session.up_s, session.charged_s, session.idle_s) == ("lost", 18.0, 8.0, 10.0)
+    with factory() as s:
+        lost = list(s.scalars(select(CostRecord).order_by(CostRecord.video_id)))
+        assert s.get(WorkerSession, session.id).ended_at is not None
+    assert [(r.video_id, r.kind, r.seconds, r.amount_micro_usd) for r in lost] == [
+        (ids[0], "lost", 4.0, 4000), (ids[1], "lost", 4.0, 4000)]
+    # The process was only presumed dead: its next heartbeat opens a new session instead of counting again.
+    meter.heartbeat()
+    assert [s.state for s in ledger.sessions(factory)] == ["lost", "open"]
+
+
+def test_with_the_finisher_the_session_still_closes_to_the_cent(world):
+    """Real clock, storing overlapped with rendering: whatever overlapped, charged + idle = up x rate."""
+    settings, factory, engine, _, submit = world
+    settings = dataclasses.replace(settings, overlap=True)
+    submit("f", 5)
+    meter = Meter(RATE, factory, "overlapping")
+    meter.open()
+    finisher = Finisher()
+    while render_next_batch(settings, engine, factory, finisher, meter=meter).claimed:
+        pass
+    finisher.wait()
+    meter.close()
+    (session,) = ledger.sessions(factory)
+    assert 0 < session.charged_s <= session.up_s and session.runs
+    with factory() as s:
+        rendered = sum((v.render_s or 0) + (v.encode_s or 0) + (v.upload_s or 0) for v in s.scalars(select(Video)))
+    assert session.charged_s <= rendered + 0.5, "overlapped storing is not charged twice"
+    assert abs(session.charged_micro_usd + session.idle_micro_usd - session.total_micro_usd) <= 10, "micro-dollars"
