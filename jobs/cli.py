@@ -41,22 +41,33 @@ NewRunOpt = Annotated[bool, typer.Option("--new-run", help="Always make a new ru
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
 
 
+# A manifest with at least this many videos shows its submission's progress (stderr): validating, recording, queueing.
+PROGRESS_FROM_VIDEOS = 100
+
+
 def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_run,
             check_gate: bool = False) -> queries.Submitted:
     from jobs.manifest import load_manifest
 
-    spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                         sets=sets or (), allowed_outputs=settings.allowed_outputs)
+    with err.status(f"validating {manifest}"):
+        spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
+                             sets=sets or (), allowed_outputs=settings.allowed_outputs)
     if check_gate and settings.engine_config().lossy():
         _check_gate(settings, spec.model)
     factory = session_factory(settings.database_url)
-    submitted = queries.submit_run(factory, spec, output=absolute_output(spec.output or settings.output),
-                                   new_run=new_run)
-    if submitted.pending_units:
-        import jobs.celery_app  # noqa: F401 - binds the tasks to the configured broker
-        from jobs.tasks import send_tickets
+    large = len(spec.videos) >= PROGRESS_FROM_VIDEOS
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=not large) as bar:
+        task = bar.add_task(f"recording {spec.name}", total=len(spec.videos))
+        submitted = queries.submit_run(factory, spec, output=absolute_output(spec.output or settings.output),
+                                       new_run=new_run)
+        bar.update(task, completed=len(spec.videos))
+        if submitted.pending_units:
+            import jobs.celery_app  # noqa: F401 - binds the tasks to the configured broker
+            from jobs.tasks import MAX_TICKETS, send_tickets
 
-        send_tickets(submitted.pending_units)
+            tickets = bar.add_task(f"queueing {submitted.name}", total=min(submitted.pending_units, MAX_TICKETS))
+            send_tickets(submitted.pending_units, on_sent=lambda: bar.advance(tickets))
     return submitted
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import lru_cache
 
@@ -86,15 +87,18 @@ def _compile_ahead(settings: Settings, engine: Engine, factory) -> None:
         log.info("compiled ahead for %s", warm_up(settings, engine, factory) or "no waiting shapes")
 
 
-def send_tickets(count: int, app: Celery | None = None) -> None:
+def send_tickets(count: int, app: Celery | None = None, on_sent: Callable[[], None] | None = None) -> None:
     """Tickets only say "work may be waiting"; a ticket that finds nothing to claim returns at once.
 
     `app` defaults to the current app. Threads must pass theirs: Celery's current app is per thread, and a new
-    thread would fall back to a default app on a broker nobody configured.
+    thread would fall back to a default app on a broker nobody configured. `on_sent` is called after each ticket
+    (a progress bar).
     """
     app = app or current_app
     for _ in range(min(count, MAX_TICKETS)):
         app.send_task("reelbatch.render_next")
+        if on_sent is not None:
+            on_sent()
 
 
 @shared_task(name="reelbatch.fire_schedules")

@@ -153,6 +153,18 @@ def test_submit_is_idempotent_and_refuses_a_name_clash(cli, tmp_path):
     assert proc.returncode == 2 and "'demo' is already used" in proc.stderr
 
 
+def test_submitting_a_large_file_shows_its_progress(cli, tmp_path):
+    """From 100 videos, `submit` shows its progress on stderr: the rows recorded, then the worker tickets queued."""
+    big = tmp_path / "big.yaml"
+    big.write_text("name: big\nvideos:\n" + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(120)))
+    proc = cli("submit", str(big), "--json")
+    assert json.loads(proc.stdout)["pending"] == 120
+    assert re.search(r"recording big .*120/120", proc.stderr), proc.stderr
+    assert re.search(r"queueing big .*120/120", proc.stderr), proc.stderr
+    small = cli("submit", str(DEMO), "--json")
+    assert "recording" not in small.stderr, "a small file submits without a progress bar"
+
+
 def test_run_to_s3_with_postgres_and_redis(cli, cli_env, s3_env, postgres_url, redis_server):
     """The production parts: PostgreSQL, a Redis broker and an S3-protocol server, all real, on loopback."""
     bucket = s3_env
