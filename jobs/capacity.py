@@ -3,8 +3,10 @@ at three levels, from what a finished run measured.
 
 - ceiling: every GPU busy all the time at the run's measured GPU seconds per successful video (its share of batch
   renders, plus encode and upload, as its cost record charges). A theoretical ceiling: no fleet runs at it.
-- sustainable: the ceiling times the utilisation the run measured (busy GPU seconds over the active span times the
-  GPUs that rendered it), capped at MAX_UTILISATION: past 70-80% queueing latency climbs steeply.
+- sustainable: the ceiling times the utilisation the run measured, capped at MAX_UTILISATION: past 70-80% queueing
+  latency climbs steeply. Measured from the cost ledger where the run's workers had sessions (seconds charged over
+  seconds up, model loading and waiting included: jobs.ledger); otherwise busy GPU seconds over the active span times
+  the GPUs that rendered it.
 - budget: the sustainable level after the run's retry rate (attempts beyond the first, which the first two levels
   already pay for in seconds but which also take queue slots) and a headroom setting, for planning.
 
@@ -36,14 +38,20 @@ class Level:
 
 
 def plan(run: Run, videos: list[tuple[Video, int]], *, gpus: int, run_gpus: int, gpu_hour_usd: float,
-         gpu_hour_source: str, price: Price, headroom: float = DEFAULT_HEADROOM) -> dict:
+         gpu_hour_source: str, price: Price, headroom: float = DEFAULT_HEADROOM,
+         session_utilisation: float | None = None) -> dict:
+    """`session_utilisation`: charged over up seconds of the sessions that served the run (jobs.ledger), if any."""
     ok = [v for v, _ in videos if Status(v.status) is Status.SUCCEEDED]
     if not ok:
         raise ValueError(f"run {run.name} has no successful video to plan from")
     busy_s = sum((v.render_s or 0.0) + (v.encode_s or 0.0) + (v.upload_s or 0.0) for v in ok)
     per_video_s = busy_s / len(ok)
     span = summary(run, videos)["throughput"]["span_s"]
-    measured_utilisation = min(1.0, busy_s / (span * run_gpus)) if span else 1.0
+    if session_utilisation is not None:
+        measured_utilisation, source = min(1.0, session_utilisation), "worker sessions: charged / up seconds"
+    else:
+        measured_utilisation = min(1.0, busy_s / (span * run_gpus)) if span else 1.0
+        source = "busy seconds / (active span x run GPUs)"
     utilisation = min(measured_utilisation, MAX_UTILISATION)
     attempts = sum(max(v.attempts, 1) for v, _ in videos if v.started_at is not None)
     retry_rate = max(0.0, 1 - len(videos) / attempts) if attempts else 0.0
@@ -63,7 +71,7 @@ def plan(run: Run, videos: list[tuple[Video, int]], *, gpus: int, run_gpus: int,
         "run": run.name, "gpus": gpus, "levels": [asdict(x) for x in levels],
         "assumptions": {
             "gpu_seconds_per_successful_video": per_video_s,
-            "measured_utilisation": measured_utilisation, "run_gpus": run_gpus,
+            "measured_utilisation": measured_utilisation, "utilisation_source": source, "run_gpus": run_gpus,
             "utilisation_used": utilisation, "utilisation_cap": MAX_UTILISATION,
             "retry_rate": retry_rate, "headroom": headroom,
             "gpu_hour_usd": gpu_hour_usd, "gpu_hour_source": gpu_hour_source,

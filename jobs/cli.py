@@ -310,10 +310,12 @@ def capacity(
 
     try:
         settings = Settings.from_env()
-        run_row, videos = queries.load_report(session_factory(settings.database_url), run)
+        factory = session_factory(settings.database_url)
+        run_row, videos = queries.load_report(factory, run)
         try:
             result = plan(run_row, videos, gpus=gpus, run_gpus=run_gpus, gpu_hour_usd=settings.gpu_hour_usd,
-                          gpu_hour_source=settings.gpu_hour_source, price=settings.price(), headroom=headroom)
+                          gpu_hour_source=settings.gpu_hour_source, price=settings.price(), headroom=headroom,
+                          session_utilisation=ledger.run_ledger(factory, run_row.id)["utilisation"])
         except ValueError as exc:
             raise UsageError(f"--run {run}: {exc}") from None
     except ReelbatchError as exc:
@@ -329,7 +331,8 @@ def capacity(
     out.print(table)
     a = result["assumptions"]
     out.print(f"assumptions: {a['gpu_seconds_per_successful_video']:.2f} GPU-s per successful video; utilisation "
-              f"measured {a['measured_utilisation']:.0%} on {a['run_gpus']} GPU(s), used "
+              f"measured {a['measured_utilisation']:.0%} ({a['utilisation_source']}) on {a['run_gpus']} GPU(s), "
+              f"used "
               f"{a['utilisation_used']:.0%} (capped at {a['utilisation_cap']:.0%}); retry rate {a['retry_rate']:.1%}; "
               f"headroom {a['headroom']:.0%}; ${a['gpu_hour_usd']:g}/GPU-hour ({a['gpu_hour_source']}); "
               f"${a['price_per_video_second_usd']:g}/video-second ({a['price_source']}), mean video "

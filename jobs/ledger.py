@@ -246,12 +246,15 @@ def run_ledger(factory: Factory, run_id: int) -> dict:
                                  .group_by(CostRecord.kind)).all())
         ids = list(s.scalars(select(func.distinct(CostRecord.session_id)).join(Video, Video.id == CostRecord.video_id)
                              .where(Video.run_id == run_id, CostRecord.session_id.is_not(None))))
-    micro = seconds = 0.0
+    micro = seconds = up = charged = 0.0
     for ledger in sessions(factory, ids):
+        up, charged = up + ledger.up_s, charged + ledger.charged_s
         served = sum(ledger.runs.values())
         mine = ledger.runs.get(run_id, 0)
         if served and mine:
             micro += ledger.idle_micro_usd * mine / served
             seconds += ledger.idle_s * mine / served
     return {"idle_usd": micro / 1e6, "idle_s": seconds, "sessions": len(ids),
+            # The utilisation of the workers that served the run (over all they did): charged over up seconds.
+            "utilisation": charged / up if up > 0 else None,
             "by_kind_usd": {kind: int(m or 0) / 1e6 for kind, m in sorted(by_kind.items())}}

@@ -68,6 +68,8 @@ def test_run_demo_to_a_local_folder(cli, tmp_path):
     ceiling, sustainable, budget = plan["levels"]
     assert ceiling["videos_per_day"] >= sustainable["videos_per_day"] > budget["videos_per_day"] > 0
     assert plan["assumptions"]["gpu_hour_source"] and plan["assumptions"]["price_source"]
+    assert plan["assumptions"]["utilisation_source"].startswith("worker sessions")
+    assert plan["assumptions"]["measured_utilisation"] == pytest.approx(session["charged_s"] / session["up_s"])
     assert "ceiling" in cli("capacity", "--run", "demo").stdout
     status = cli.json("status")
     (run,) = status["runs"]

@@ -143,6 +143,7 @@ def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch)
     for run_id, share in ((first, 5 / 7), (second, 2 / 7)):
         run_ledger = ledger.run_ledger(factory, run_id)
         assert run_ledger["idle_usd"] == pytest.approx(idle_micro * share / 1e6)
+        assert run_ledger["utilisation"] == pytest.approx(charged / up)
         run_row, videos = queries.load_report(factory, str(run_id))
         report = report_dict(run_row, videos, settings.price(), run_ledger)
         cost = report["cost"]

@@ -99,3 +99,10 @@ def test_capacity_plan_levels_from_a_run():
     assert sustainable["videos_per_hour"] == pytest.approx(288)
     assert budget["videos_per_hour"] == pytest.approx(288 * (2 / 3) * 0.8)
     assert ceiling["cost_per_video_usd"] < sustainable["cost_per_video_usd"] < budget["cost_per_video_usd"]
+    assert a_["utilisation_source"].startswith("busy seconds")
+    # Where the run's workers had ledger sessions, their charged / up seconds is the measured utilisation.
+    measured = plan(run, [(a, 0), (b, 0)], gpus=4, run_gpus=1, gpu_hour_usd=3.6, gpu_hour_source="test rate",
+                    price=Price(0.06, "test price"), headroom=0.2, session_utilisation=0.4)
+    assert measured["assumptions"]["measured_utilisation"] == pytest.approx(0.4)
+    assert measured["assumptions"]["utilisation_source"].startswith("worker sessions")
+    assert measured["levels"][1]["videos_per_hour"] == pytest.approx(576 * 0.4)
