@@ -407,7 +407,9 @@ def test_sigkill_between_chunks_resumes_from_the_checkpoint(farm):
     worker takes the chunk over once the lease expires, starting from the first chunk's checkpoint in the store;
     the first chunk never renders again, and the video is whole."""
     manifest = farm.cwd / "long.yaml"
-    manifest.write_text(f"name: {RUN}\ndefaults:\n  steps: 40\nvideos:\n  - id: long\n    prompt: a long one\n"
+    # 160 steps: a chunk renders for about a second, a window the test's 0.25 s polls cannot miss (at 40 steps a
+    # chunk took 0.2 s and a clean-clone run once missed it).
+    manifest.write_text(f"name: {RUN}\ndefaults:\n  steps: 160\nvideos:\n  - id: long\n    prompt: a long one\n"
                         "    duration_s: 9\n")
     farm.cli("submit", str(manifest))
 
