@@ -35,6 +35,7 @@ from sqlalchemy import func, select
 
 from jobs.models import CostRecord, Video, WorkerSession, utcnow
 from jobs.queries import Factory
+from jobs.status import Status
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Meter:
         self.session_id: int | None = None
         self._lock = threading.Lock()
         self._busy_total = 0.0
-        self._busy_since: float | None = None
+        # The render in progress: its videos and its start on the clock (None while the main thread is not busy).
         self._in_flight: tuple[tuple[int, ...], float] | None = None
         self._started = clock()
         self._closed = False
@@ -130,7 +131,7 @@ class Meter:
     # ---- measuring ---------------------------------------------------------------------------------------------------
 
     def _busy_now(self, now: float) -> float:
-        return self._busy_total + (now - self._busy_since if self._busy_since is not None else 0.0)
+        return self._busy_total + (now - self._in_flight[1] if self._in_flight is not None else 0.0)
 
     @contextmanager
     def busy(self, video_ids: Iterable[int] = ()) -> Iterator[Span]:
@@ -138,7 +139,6 @@ class Meter:
         span = Span()
         with self._lock:
             start = self.clock()
-            self._busy_since = start
             self._in_flight = (tuple(video_ids), start)
         try:
             yield span
@@ -146,7 +146,7 @@ class Meter:
             with self._lock:
                 end = self.clock()
                 self._busy_total += end - start
-                self._busy_since = self._in_flight = None
+                self._in_flight = None
             span.seconds = end - start
 
     @contextmanager
@@ -207,8 +207,6 @@ class SessionLedger:
 
 def sessions(factory: Factory, session_ids: Iterable[int] | None = None) -> list[SessionLedger]:
     """Each session's up time split into charged and idle seconds and money, and the runs it served."""
-    from jobs.status import Status
-
     with factory() as s:
         query = select(WorkerSession).order_by(WorkerSession.id)
         if session_ids is not None:
