@@ -36,7 +36,7 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
             width: int, frames: int, steps: int, guidance: float, generators: list[torch.Generator],
             batched_guidance: bool = True, guidance_steps: int | None = None,
             conditions: list[torch.Tensor | None] | None = None, release_sigma: float = 0.0,
-            should_stop: Callable[[], str | None] | None = None) -> torch.Tensor:
+            clean_condition: bool = False, should_stop: Callable[[], str | None] | None = None) -> torch.Tensor:
     """Latents for a batch, as `pipe(..., output_type="latent")` returns them. `guidance_steps`: guide only the
     first this many steps (None: all of them).
 
@@ -45,7 +45,9 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     condition noised to that step's level with the video's own initial noise, (1 - sigma) x c + sigma x noise, the
     inpainting-style extension diffusion forcing generalises; from the step whose sigma falls below `release_sigma`
     they are left to the model, so it can smooth the join (the stitch then crossfades). At 0 they are tied to the end
-    and come out equal to the condition.
+    and come out equal to the condition. With `clean_condition` the tied frames are held at the clean condition at
+    every step instead (noise level 0, as diffusion forcing and LTX feed a clean prefix): for a model trained to
+    continue one (`toy`); a model that was not sees clean frames at a noisy step's timestep.
     """
     device = pipe._execution_device
     transformer = pipe.transformer
@@ -82,7 +84,7 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     # 6. Denoising loop
     for i, t in enumerate(timesteps):
         if tie is not None and float(pipe.scheduler.sigmas[i]) >= release_sigma:
-            latents = tie(latents, float(pipe.scheduler.sigmas[i]))
+            latents = tie(latents, 0.0 if clean_condition else float(pipe.scheduler.sigmas[i]))
         x = latents.to(dtype)
         guide = guided and (guidance_steps is None or i < guidance_steps)
         if guide and context is not None:

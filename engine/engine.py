@@ -138,7 +138,8 @@ class Engine:
                     width=shape.width, frames=shape.frames, steps=steps, guidance=shape.guidance,
                     generators=generators, batched_guidance=config.batched_guidance,
                     guidance_steps=config.guided_steps(steps), conditions=conditions,
-                    release_sigma=config.chunk_release_sigma, should_stop=should_stop,
+                    release_sigma=config.chunk_release_sigma, clean_condition=info.chunk_condition == "clean",
+                    should_stop=should_stop,
                 )
             elif config.lossy() or chunked:
                 raise RenderError(f"{shape.model}: lossy settings and long videos need a one-transformer Wan model")

@@ -44,6 +44,10 @@ class ModelInfo:
     # chunks of this length sharing `chunk_overlap` latent frames (engine.chunks), at most MAX_CHUNKS of them.
     max_frames: int = 81
     chunk_overlap: int = 2
+    # How a chunk's overlap is tied to the chunk before at each step: "noised" (the clean latents noised to the
+    # step's level, inpainting-style; works with any model) or "clean" (held clean at every step, as diffusion
+    # forcing and LTX condition; for models trained to continue a clean prefix, like `toy`).
+    chunk_condition: str = "noised"
     # WanPipeline.__call__ defaults to 512 text tokens but encode_prompt to 226: always pass it, and key caches on it.
     max_sequence_length: int = 512
     builtin: bool = False
@@ -88,6 +92,7 @@ TOY = ModelInfo(
     spatial_multiple=16,
     max_frames=9,
     max_sequence_length=64,
+    chunk_condition="clean",
 )
 
 # Wan2.1-T2V-1.3B's published defaults (832x480, 81 frames at 16 fps, 50 steps, guidance 5.0).
@@ -131,6 +136,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
           path: /models/Wan2.1-T2V-1.3B-Diffusers   # a local diffusers folder, loaded with safetensors only
           defaults: {width: 832, height: 480, fps: 16, duration_s: 5, steps: 50, guidance: 5.0}
           max_frames: 81      # the window; longer videos render in chunks sharing chunk_overlap latents (2)
+          chunk_condition: noised   # or clean, for a model trained to continue a clean prefix
     """
     registry = Registry()
     if models_file is None:
@@ -160,6 +166,17 @@ def load_registry(models_file: Path | None = None) -> Registry:
             spatial_multiple=int(entry.get("spatial_multiple", 16)),
             max_frames=int(entry.get("max_frames", 81)),
             chunk_overlap=int(entry.get("chunk_overlap", 2)),
+            chunk_condition=_chunk_condition(models_file, name, entry.get("chunk_condition", "noised")),
             max_sequence_length=int(entry.get("max_sequence_length", 512)),
         )
     return registry
+
+
+CHUNK_CONDITIONS = ("noised", "clean")
+
+
+def _chunk_condition(models_file: Path, name: str, value: object) -> str:
+    if value not in CHUNK_CONDITIONS:
+        raise ModelNotFound(f"{models_file}: model {name!r}: chunk_condition must be one of "
+                            f"{', '.join(CHUNK_CONDITIONS)}, got {value!r}")
+    return str(value)

@@ -61,3 +61,36 @@ def test_seam_score_is_about_one_for_steady_motion_and_high_for_a_jump():
     frames[11:] += 60  # the picture jumps where the second chunk's own frames begin
     assert seam_score(frames, [11]) > 5
     assert seam_score(frames, []) is None
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_the_tie_holds_the_overlap_noised_to_each_step_or_clean(model_cache, clean):
+    """What the transformer sees of a conditioned chunk's overlap at every step: the condition noised to the step's
+    level with the chunk's own initial noise (chunk_condition noised), or the condition itself (clean); the free
+    video in the same batch is left alone, and the overlap comes out equal to the condition either way."""
+    from engine import denoise
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.models import Registry
+
+    pipe = Engine(EngineConfig(cache_dir=model_cache), Registry()).pipeline("tiny")
+    embeds = pipe.encode_prompt(["a", "b"], do_classifier_free_guidance=False, max_sequence_length=64)[0]
+    condition = torch.randn(16, 2, 8, 8, generator=torch.Generator().manual_seed(1))
+    seen = []
+    hook = pipe.transformer.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["hidden_states"][:, :, :2].clone()), with_kwargs=True)
+    try:
+        latents = denoise.denoise(pipe, prompt_embeds=embeds, negative_prompt_embeds=None, height=64, width=64,
+                                  frames=9, steps=3, guidance=1.0, conditions=[condition, None],
+                                  clean_condition=clean,
+                                  generators=[torch.Generator().manual_seed(s) for s in (5, 6)])
+    finally:
+        hook.remove()
+    noise = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(5))[:, :2]
+    sigmas = pipe.scheduler.sigmas
+    assert len(seen) == 3
+    for i, overlap in enumerate(seen):
+        expected = condition if clean else (1 - sigmas[i]) * condition + sigmas[i] * noise
+        assert torch.allclose(overlap[0], expected, atol=1e-5), i
+        assert not torch.allclose(overlap[1], expected, atol=1e-2)
+    assert torch.equal(latents[0, :, :2], condition)

@@ -18,12 +18,14 @@ def test_a_registered_folder_loads_and_renders_like_the_builtin(model_cache, tmp
     shutil.copytree(ensure_tiny(model_cache), folder)
     models = tmp_path / "models.yaml"
     models.write_text(f"my-wan:\n  path: {folder}\n  defaults: {{width: 32, height: 32, fps: 4, steps: 2}}\n"
-                      "  max_frames: 17\n  max_sequence_length: 64\n")
+                      "  max_frames: 17\n  max_sequence_length: 64\n  chunk_condition: clean\n"
+                      f"other:\n  path: {folder}\n")
     registry = load_registry(models)
     info = registry.get("my-wan")
     assert info.path == folder and info.defaults.width == 32 and info.defaults.guidance == 5.0
-    assert info.max_frames == 17 and not info.builtin
-    assert registry.names() == sorted(["my-wan", *builtin_models()])
+    assert info.max_frames == 17 and not info.builtin and info.chunk_condition == "clean"
+    assert registry.get("other").chunk_condition == "noised", "a model not trained to continue a clean prefix"
+    assert registry.names() == sorted(["my-wan", "other", *builtin_models()])
 
     engine = Engine(EngineConfig(cache_dir=model_cache), registry)
     request = (RenderRequest(1, "a red circle", None, 3),)
@@ -49,4 +51,11 @@ def test_unknown_model_defaults_are_refused(model_cache, tmp_path):
     models = tmp_path / "models.yaml"
     models.write_text(f"m:\n  path: {ensure_tiny(model_cache)}\n  defaults: {{widht: 32}}\n")
     with pytest.raises(ModelNotFound, match="unknown defaults.*widht"):
+        load_registry(models)
+
+
+def test_an_unknown_chunk_condition_is_refused(model_cache, tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"m:\n  path: {ensure_tiny(model_cache)}\n  chunk_condition: sharp\n")
+    with pytest.raises(ModelNotFound, match=r"model 'm': chunk_condition must be one of noised, clean, got 'sharp'"):
         load_registry(models)
