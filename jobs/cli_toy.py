@@ -35,7 +35,7 @@ def train(
     seed: Annotated[Optional[int], typer.Option("--seed", help="Default: the committed model's seed.")] = None,
     evaluate: Annotated[bool, typer.Option(help="Judge the result and write references and the model card.")] = True,
 ) -> None:
-    """Train the toy model on CPU: the VAE, then its decoder alone, then the transformer; about 50 minutes on 2
+    """Train the toy model on CPU: the VAE, then its decoder alone, then the transformer; about an hour on 2
     cores. Writes the diffusers folder, quality references and a model card (README.md) to --out."""
     import torch
 

@@ -135,9 +135,14 @@ def quick_toy(tmp_path_factory, model_cache) -> QuickToy:
                            "--work", str(root / "work")], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    from engine.models import TOY
+
+    d = TOY.defaults  # registered as `toy` is: the evaluation above rendered its references at these
     models = root / "models.yaml"
     models.write_text(
         f"toy-quick:\n  path: {root / 'out'}\n"
-        "  defaults: {width: 32, height: 32, fps: 8, duration_s: 1, steps: 20, guidance: 5.0}\n"
-        "  temporal_factor: 2\n  max_frames: 9\n  max_sequence_length: 64\n")
+        f"  defaults: {{width: {d.width}, height: {d.height}, fps: {d.fps}, duration_s: {d.duration_s}, "
+        f"steps: {d.steps}, guidance: {d.guidance}}}\n"
+        f"  temporal_factor: {TOY.temporal_factor}\n  max_frames: {TOY.max_frames}\n"
+        f"  max_sequence_length: {TOY.max_sequence_length}\n  chunk_condition: {TOY.chunk_condition}\n")
     return QuickToy(root, proc.stdout, models)

@@ -3,7 +3,7 @@
 It gives a small model something learnable to train on and a pixel-level measure of prompt adherence.
 """
 
-from engine.toy.judge import Scores, Verdict, judge_clip, score
+from engine.toy.judge import Scores, Verdict, judge_clip, object_steps, score, seam_steps
 from engine.toy.world import ClipSpec, dataset, parse_prompt, render_clip, sample_spec
 
 __all__ = [
@@ -12,8 +12,10 @@ __all__ = [
     "Verdict",
     "dataset",
     "judge_clip",
+    "object_steps",
     "parse_prompt",
     "render_clip",
     "sample_spec",
     "score",
+    "seam_steps",
 ]

@@ -3,7 +3,7 @@
 The judge sees only decoded frames, as a viewer would, so it must survive H.264 (blurred edges, chroma at half
 resolution, small colour shifts) and the toy world's wrap-around. Each attribute has one robust reading:
 
-- background: the per-channel median of the whole clip (the shape covers at most ~20% of a frame), nearest
+- background: the per-channel median of the whole clip (the shape covers at most a third of a frame), nearest
   background colour;
 - colour: the median of the object's core (far-from-background pixels, eroded clear of blurred edges), nearest
   palette colour;
@@ -31,9 +31,9 @@ _FG_NAMES, _FG_RGB = list(COLOURS), np.array(list(COLOURS.values()), dtype=np.fl
 _CANDIDATE = 60.0
 # Projections onto the background-to-object line below this count as background, above 1 - _RAMP as object.
 _RAMP = 0.25
-# Side of the window kept around the object, as a share of the shorter frame side: the largest shape (47%, see
-# engine.toy.world.SIZE_RANGE) plus room for a pixel of blur on each side, so far-off specks do not count.
-_WINDOW = 0.6
+# Side of the window kept around the object, as a share of the shorter frame side: the largest shape (56%, see
+# engine.toy.world.SIZE_RANGE) plus room for a pixel or two of blur on each side, so far-off specks do not count.
+_WINDOW = 0.66
 # Half-way between a disc's pi/4 and a square's 1.0. In trials, rasterised discs of 10-29 px filled 0.78-0.81 of
 # their box clean and at most 0.83 after crf 18; squares filled 1.0 clean and at least 0.93 after.
 _SQUARE_FILL = (np.pi / 4 + 1.0) / 2
@@ -69,45 +69,29 @@ class Scores:
     all_four: float  # share of clips with every attribute right
 
 
+@dataclass(frozen=True)
+class _Found:
+    """What steps 1-4 of judge_clip read: the background and object colour, the object's soft mask and its centre
+    in every frame; mass (and the centres) are None when no object was found."""
+
+    bg_index: int
+    background_error: float
+    fg_index: int | None
+    colour_error: float
+    mass: np.ndarray | None  # (F, H, W) in [0, 1]
+    cx: np.ndarray | None  # (F,)
+    cy: np.ndarray | None
+
+
 def judge_clip(frames: np.ndarray) -> Verdict:
     """Recover background, colour, shape and direction from uint8 (F, H, W, 3) RGB frames."""
-    if not isinstance(frames, np.ndarray) or frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"frames must be uint8 (F, H, W, 3), got {getattr(frames, 'shape', type(frames))}")
+    found = _find(frames)
     count, height, width, _ = frames.shape
-    if count < 1:
-        raise ValueError("frames must hold at least one frame")
-    pixels = frames.astype(np.float64)
-
-    # 1. Background: the median pixel, nearest background colour.
-    median = np.median(pixels.reshape(-1, 3), axis=0)
-    bg_index, background_error = _nearest(median, _BG_RGB)
-    bg = _BG_RGB[bg_index]
-
-    # 2. Object colour: candidates are far from the background; the core is what is left after eroding them by
-    # 2 px, clear of the edge pixels whose chroma H.264 averaged with the background's.
-    candidates = np.linalg.norm(pixels - bg, axis=-1) > _CANDIDATE
-    nothing = Verdict(_BG_NAMES[bg_index], None, None, None, background_error, np.inf, np.nan, (0.0, 0.0), 0.0)
-    if not candidates.any():
-        return nothing
-    core = _erode(candidates, 2)
-    if not core.any():  # an object thinner than 5 px: its edges are all there is
-        core = candidates
-    obj = np.median(pixels[core], axis=0)
-    fg_index, colour_error = _nearest(obj, _FG_RGB)
-
-    # 3. Object mass: each pixel's position along the line from the background to the observed object colour
-    # (the observed colour, not the palette's, so colour shifts do not move the cut), ramped to [0, 1]. The ramp is
-    # symmetric about 0.5, so a blurred edge keeps its total mass, while faint ringing (< _RAMP) counts nothing.
-    line = obj - bg
-    along = (pixels - bg) @ line / (line @ line)
-    mass = np.clip((along - _RAMP) / (1 - 2 * _RAMP), 0.0, 1.0)  # (F, H, W)
+    if found.mass is None:
+        return Verdict(_BG_NAMES[found.bg_index], None, None, None, found.background_error, found.colour_error,
+                       np.nan, (0.0, 0.0), 0.0)
+    mass, cx, cy = found.mass, found.cx, found.cy
     areas = mass.sum(axis=(1, 2))
-    if (areas < 1.0).any():
-        return nothing
-
-    # 4. Centroid per frame with circular statistics: a shape split across an edge averages to its true centre.
-    cx = _circular_centre(mass.sum(axis=1), width)  # (F,) from column sums
-    cy = _circular_centre(mass.sum(axis=2), height)
 
     # 5. Shape: roll each frame so the centroid sits mid-frame (the object is then whole, not split by an edge),
     # keep a window around it that holds the largest shape, and divide its area by its bounding box. The box
@@ -124,8 +108,7 @@ def judge_clip(frames: np.ndarray) -> Verdict:
 
     # 6. Direction: each step folded into [-W/2, W/2) (the shape moves far less than half a frame per frame),
     # summed over the clip; the larger axis and its sign name the direction.
-    step_x = _fold(np.diff(cx), width)
-    step_y = _fold(np.diff(cy), height)
+    step_x, step_y = _steps(found, width, height).T
     motion = (float(step_x.mean()), float(step_y.mean())) if count > 1 else (0.0, 0.0)
     total = np.array([step_x.sum(), step_y.sum()])
     direction = None
@@ -136,12 +119,12 @@ def judge_clip(frames: np.ndarray) -> Verdict:
         direction = next(name for name, step in DIRECTIONS.items() if list(step) == unit)
 
     return Verdict(
-        background=_BG_NAMES[bg_index],
-        colour=_FG_NAMES[fg_index],
+        background=_BG_NAMES[found.bg_index],
+        colour=_FG_NAMES[found.fg_index],
         shape=shape,
         direction=direction,
-        background_error=background_error,
-        colour_error=colour_error,
+        background_error=found.background_error,
+        colour_error=found.colour_error,
         fill_ratio=fill_ratio,
         motion=motion,
         object_fraction=float(areas.mean() / (height * width)),
@@ -160,6 +143,73 @@ def score(pairs: Iterable[tuple[str, np.ndarray]]) -> Scores:
         count += 1
     share = (lambda k: k / count) if count else (lambda k: 0.0)
     return Scores(count=count, **{name: share(hits[name]) for name in ATTRIBUTES}, all_four=share(all_four))
+
+
+def object_steps(frames: np.ndarray) -> np.ndarray:
+    """The object's centre step between consecutive frames, (F - 1, 2) as (dx, dy) px, y downwards, each folded
+    into [-W/2, W/2) on the torus: how the object moves, frame by frame (a long video's seams are read with it).
+    ValueError when no object is found."""
+    found = _find(frames)
+    if found.mass is None:
+        raise ValueError("no object found in the frames")
+    height, width = frames.shape[1:3]
+    return _steps(found, width, height)
+
+
+def _steps(found: _Found, width: int, height: int) -> np.ndarray:
+    return np.stack([_fold(np.diff(found.cx), width), _fold(np.diff(found.cy), height)], axis=1)
+
+
+def seam_steps(frames: np.ndarray, seams: list[int], span: int, direction: str) -> tuple[np.ndarray, np.ndarray]:
+    """The object's steps along `direction` (px per frame, positive forward) at a long video's seams and inside its
+    chunks. A seam at frame s is the steps into and through the first latent a chunk adds, s - 1 .. s + span - 2
+    (`span`: the VAE's temporal factor, frames per latent). Continuous motion has seam steps like the inside ones;
+    a chunk that restarts the motion shows a jump (or a step backwards) there."""
+    unit = np.array(DIRECTIONS[direction], dtype=np.float64)
+    along = object_steps(frames) @ unit
+    at_seam = np.zeros(len(along), dtype=bool)
+    for s in seams:
+        at_seam[max(s - 1, 0) : s + span - 1] = True
+    return along[at_seam], along[~at_seam]
+
+
+def _find(frames: np.ndarray) -> _Found:
+    if not isinstance(frames, np.ndarray) or frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"frames must be uint8 (F, H, W, 3), got {getattr(frames, 'shape', type(frames))}")
+    count, height, width, _ = frames.shape
+    if count < 1:
+        raise ValueError("frames must hold at least one frame")
+    pixels = frames.astype(np.float64)
+
+    # 1. Background: the median pixel, nearest background colour.
+    median = np.median(pixels.reshape(-1, 3), axis=0)
+    bg_index, background_error = _nearest(median, _BG_RGB)
+    bg = _BG_RGB[bg_index]
+
+    # 2. Object colour: candidates are far from the background; the core is what is left after eroding them by
+    # 2 px, clear of the edge pixels whose chroma H.264 averaged with the background's.
+    candidates = np.linalg.norm(pixels - bg, axis=-1) > _CANDIDATE
+    if not candidates.any():
+        return _Found(bg_index, background_error, None, np.inf, None, None, None)
+    core = _erode(candidates, 2)
+    if not core.any():  # an object thinner than 5 px: its edges are all there is
+        core = candidates
+    obj = np.median(pixels[core], axis=0)
+    fg_index, colour_error = _nearest(obj, _FG_RGB)
+
+    # 3. Object mass: each pixel's position along the line from the background to the observed object colour
+    # (the observed colour, not the palette's, so colour shifts do not move the cut), ramped to [0, 1]. The ramp is
+    # symmetric about 0.5, so a blurred edge keeps its total mass, while faint ringing (< _RAMP) counts nothing.
+    line = obj - bg
+    along = (pixels - bg) @ line / (line @ line)
+    mass = np.clip((along - _RAMP) / (1 - 2 * _RAMP), 0.0, 1.0)  # (F, H, W)
+    if (mass.sum(axis=(1, 2)) < 1.0).any():
+        return _Found(bg_index, background_error, None, np.inf, None, None, None)
+
+    # 4. Centroid per frame with circular statistics: a shape split across an edge averages to its true centre.
+    cx = _circular_centre(mass.sum(axis=1), width)  # (F,) from column sums
+    cy = _circular_centre(mass.sum(axis=2), height)
+    return _Found(bg_index, background_error, fg_index, colour_error, mass, cx, cy)
 
 
 def _nearest(rgb: np.ndarray, palette: np.ndarray) -> tuple[int, float]:

@@ -6,8 +6,8 @@ Only the architecture lives here; `engine.toy.train` fills in the weights and th
 - VAE: 4x spatial and 2x temporal compression, base width 16, 8 latent channels. With Wan2.1's 8x VAE a shape is
   one or two latent cells and the transformer could not tell a circle from a square.
 - 32x32 frames, 80 tokens a clip. At 48x48 (180 tokens) a transformer trained for 28 minutes followed the colour
-  but not the direction (28%, chance 25%); at 32x32, 11 minutes reached 69% direction. Shapes are 40-47% of the
-  frame (13-15 px, 3.3-3.75 latent cells) so a circle and a square differ in more than a corner pixel.
+  but not the direction (28%, chance 25%); at 32x32, 11 minutes reached 69% direction. Shapes are 50-56% of the
+  frame (16-18 px, 4-4.5 latent cells) so the corners that tell a circle from a square survive the VAE.
 - Transformer of ~1M parameters on 2x2 patches: 4x4 tokens per latent frame, 80 tokens for 9 frames.
 - The text encoder is a UMT5 with random weights from a fixed seed, never trained: the transformer learns to read
   its features. The tokenizer is the same byte-level one as `tiny`'s.

@@ -43,12 +43,14 @@ _PROMPT = re.compile(
     rf"on a ({'|'.join(BACKGROUNDS)}) background"
 )
 
-# Shape size as a fraction of the shorter frame side. 40% keeps a shape >= 13 px across at 32x32, about 3.3 cells
-# of the toy VAE's 4x latent grid: with 10 px shapes a trial model could not tell a circle from a square, and below
-# 10 px yuv420p's 2x2 chroma blocks blur a disc towards a square (its fill ratio rose from 0.81 to 0.87 at 8 px;
-# a square's stays >= 0.93). 47% keeps it under half the frame, so on the torus it never touches itself and its
-# position stays unambiguous.
-SIZE_RANGE = (0.40, 0.47)
+# Shape size as a fraction of the shorter frame side: 16-18 px at the toy's 32x32, 4-4.5 cells of its VAE's 4x
+# latent grid. What tells a circle from a square is its corners (a disc fills pi/4 of its box), and a VAE rounds
+# corners by a few pixels whatever the size, so larger shapes keep more of the difference: the run-4 VAE (trained
+# on 13-15 px) gave back 13 px squares as squares in 62% of clips and 17-18 px squares in 95-97% (docs/TOY_TRAINING.md).
+# Below 10 px yuv420p's 2x2 chroma blocks blur a disc towards a square (its fill ratio rose from 0.81 to 0.87 at
+# 8 px; a square's stays >= 0.93). Any size below the frame keeps the position unambiguous on the torus: the
+# circular mean of an arc shorter than the circle is its middle.
+SIZE_RANGE = (0.50, 0.56)
 # Integer px/frame: at least 1 so the motion is visible in every frame pair, whole pixels so the shape is the
 # same raster in every frame (a pure translation), and at most 3 so a 32-px frame is crossed in no fewer than
 # ~10 frames and the frame-to-frame step stays far below half the frame (needed to read direction on a torus).
@@ -142,6 +144,12 @@ def render_clip(spec: ClipSpec, *, frames: int, width: int, height: int, start: 
 def dataset(n: int, seed: int, *, frames: int, width: int, height: int) -> Iterator[tuple[str, np.ndarray]]:
     """`n` (prompt, clip) pairs. Each run of 80 holds every prompt once, in a seeded shuffle, so any prefix of
     length 80k is exactly balanced and shorter prefixes are as close to balanced as they can be."""
+    for spec in dataset_specs(n, seed, width=width, height=height):
+        yield spec.prompt, render_clip(spec, frames=frames, width=width, height=height)
+
+
+def dataset_specs(n: int, seed: int, *, width: int, height: int) -> Iterator[ClipSpec]:
+    """The specs `dataset` draws and renders, for callers that need more than the pixels (the other shape's mask)."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = np.random.default_rng(seed)
@@ -150,10 +158,9 @@ def dataset(n: int, seed: int, *, frames: int, width: int, height: int) -> Itera
         if i % len(COMBINATIONS) == 0:
             order = rng.permutation(len(COMBINATIONS))
         colour, shape, direction, background = COMBINATIONS[order[i % len(COMBINATIONS)]]
-        spec = sample_spec(
+        yield sample_spec(
             rng, width=width, height=height, colour=colour, shape=shape, direction=direction, background=background
         )
-        yield spec.prompt, render_clip(spec, frames=frames, width=width, height=height)
 
 
 def _check_frame(width: int, height: int) -> None:

@@ -169,3 +169,27 @@ def test_loud_errors_at_the_edge():
         score([("a purple circle moving left on a black background", render_clip(spec, frames=2, width=32, height=32))])
     with pytest.raises(ValueError, match="uint8"):
         judge_clip(np.zeros((2, 32, 32, 3), dtype=np.float32))
+
+
+@pytest.mark.parametrize("direction", list(DIRECTIONS))
+def test_seam_steps_see_a_chunk_that_restarts_the_motion(direction):
+    """A 33-frame clip cut like a toy long video (seams at frames 9, 15, 21, 27, two frames a latent): drawn
+    continuously, every seam step equals the steps inside (the speed); with each chunk restarting the motion 4
+    frames back, the seams step backwards; jumping 4 frames ahead, they step far past the largest inside step."""
+    from engine.toy import seam_steps
+
+    spec = dataclasses.replace(sample_spec(5, width=32, height=32, direction=direction), speed=2)
+    seams = [9, 15, 21, 27]
+
+    def clip(offset: int) -> np.ndarray:
+        starts = [0, *seams, 33]
+        return np.concatenate([render_clip(spec, frames=b - a, width=32, height=32, start=a + offset * k)
+                               for k, (a, b) in enumerate(zip(starts, starts[1:]))])
+
+    at_seams, inside = seam_steps(decode_frames(encode_mp4(clip(0), 8)), seams, 2, direction)
+    assert len(at_seams) == 8 and len(inside) == 24
+    assert np.allclose(at_seams, 2, atol=0.3) and np.allclose(inside, 2, atol=0.3)
+    at_seams, inside = seam_steps(clip(-4), seams, 2, direction)
+    assert np.allclose(inside, 2) and at_seams.min() < -5
+    at_seams, inside = seam_steps(clip(4), seams, 2, direction)
+    assert np.allclose(inside, 2) and at_seams.max() > 1.5 * inside.max()
