@@ -69,8 +69,11 @@ def test_a_killed_run_resumes_to_the_same_weights(quick_run, tmp_path):
         resumed = load_file(next((tmp_path / "out" / part).glob("*.safetensors")))
         unbroken = load_file(next((quick_run / "out" / part).glob("*.safetensors")))
         assert resumed.keys() == unbroken.keys()
+        # The unbroken run is another process (the CLI's), whose float reductions may round differently: a clean-clone
+        # run saw one weight in 16384 differ by 1.3e-6 after Adam. A step lost or done twice would move weights by
+        # about the learning rate (2e-3), far past this tolerance.
         for name in unbroken:
-            np.testing.assert_allclose(resumed[name], unbroken[name], rtol=0, atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(resumed[name], unbroken[name], rtol=0, atol=1e-5, err_msg=name)
 
 
 def test_a_work_folder_refuses_another_config(tmp_path):
