@@ -46,8 +46,9 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     inpainting-style extension diffusion forcing generalises; from the step whose sigma falls below `release_sigma`
     they are left to the model, so it can smooth the join (the stitch then crossfades). At 0 they are tied to the end
     and come out equal to the condition. With `clean_condition` the tied frames are held at the clean condition at
-    every step instead (noise level 0, as diffusion forcing and LTX feed a clean prefix): for a model trained to
-    continue one (`toy`); a model that was not sees clean frames at a noisy step's timestep.
+    every step instead and their tokens get timestep 0 (the rest the step's), as diffusion forcing feeds a clean
+    prefix and Wan 2.2 TI2V its first frame (the transformer's per-token timesteps): for a model trained to continue
+    one (`toy`).
     """
     device = pipe._execution_device
     transformer = pipe.transformer
@@ -66,6 +67,10 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
                                    device, generators, None)
     pipe.scheduler.set_begin_index(0)
     tie = _ties(conditions, latents)
+    clean_tokens = None
+    if clean_condition and tie is not None:
+        tied = torch.tensor([0 if c is None else c.shape[1] for c in conditions])
+        clean_tokens = tied_tokens(tied, latents, transformer.config.patch_size)
     context = torch.cat([cond, uncond]) if guided and batched_guidance else None
 
     # A step cache (diffusers' hooks) keeps state per named call: one per kind of call, reset for each batch.
@@ -74,12 +79,16 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
         transformer._reset_stateful_cache()
 
     def forward(name: str, hidden: torch.Tensor, context: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        if clean_tokens is None:
+            timestep = t.expand(hidden.shape[0])
+        else:  # (batch, tokens): 0 where a tied frame is, repeated for a stacked guidance pass
+            timestep = t.expand(clean_tokens.shape).masked_fill(clean_tokens, 0).repeat(hidden.shape[0] // batch, 1)
         if not cached:
-            return transformer(hidden_states=hidden, timestep=t.expand(hidden.shape[0]),
-                               encoder_hidden_states=context, return_dict=False)[0]
+            return transformer(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context,
+                               return_dict=False)[0]
         with transformer.cache_context(name):
-            return transformer(hidden_states=hidden, timestep=t.expand(hidden.shape[0]),
-                               encoder_hidden_states=context, return_dict=False)[0]
+            return transformer(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context,
+                               return_dict=False)[0]
 
     # 6. Denoising loop
     for i, t in enumerate(timesteps):
@@ -119,3 +128,14 @@ def _ties(conditions: list[torch.Tensor | None] | None, noise: torch.Tensor):
         return latents
 
     return tie
+
+
+def tied_tokens(tied_frames: torch.Tensor, latents: torch.Tensor, patch_size: tuple[int, int, int]) -> torch.Tensor:
+    """(batch, tokens) bool: the transformer's tokens (patches in frame-major order) lying in each video's first
+    `tied_frames[i]` latent frames."""
+    batch, _, frames, height, width = latents.shape
+    p_t, p_h, p_w = patch_size
+    per_frame = (height // p_h) * (width // p_w)
+    frame = torch.arange(frames // p_t, device=latents.device)
+    tied = frame[None, :] < (tied_frames.to(latents.device)[:, None] // p_t)
+    return tied.repeat_interleave(per_frame, dim=1)

@@ -45,8 +45,8 @@ class ModelInfo:
     max_frames: int = 81
     chunk_overlap: int = 2
     # How a chunk's overlap is tied to the chunk before at each step: "noised" (the clean latents noised to the
-    # step's level, inpainting-style; works with any model) or "clean" (held clean at every step, as diffusion
-    # forcing and LTX condition; for models trained to continue a clean prefix, like `toy`).
+    # step's level, inpainting-style; works with any model) or "clean" (held clean with timestep 0 on its tokens, as
+    # diffusion forcing and LTX condition; for models trained to continue a clean prefix, like `toy`).
     chunk_condition: str = "noised"
     # WanPipeline.__call__ defaults to 512 text tokens but encode_prompt to 226: always pass it, and key caches on it.
     max_sequence_length: int = 512

@@ -22,7 +22,8 @@ toy_app = typer.Typer(help="The toy model: trained here on a procedural world, s
                       no_args_is_help=True)
 
 # A one-minute run for tests and for trying the command: every stage, a few steps each.
-QUICK = dict(vae_steps=24, decoder_steps=6, latent_clips=64, steps=30, warmup=5, log_every=3, checkpoint_every=10)
+QUICK = dict(vae_steps=24, decoder_steps=6, latent_clips=64, steps=30, continuation_steps=6, continuation_clips=32,
+             warmup=5, log_every=3, checkpoint_every=10)
 
 
 @toy_app.command("train")

@@ -8,7 +8,10 @@ Stages run in order; each saves a checkpoint into the work folder, so a killed r
    with a small KL term and through an unclamped decode (diffusers' decode clamps to [-1, 1], which would stop
    gradients at saturated pixels). Object, edge and shape-telling pixels (where the other shape would differ) weigh
    more: they are a small share of a frame but all of what the judge reads.
-2. decoder: the encoder frozen, the decoder fine-tuned alone, so latents encoded after stage 1 stay valid.
+2. decoder: the encoder frozen, the decoder fine-tuned alone, so latents encoded after stage 1 stay valid, on
+   33-frame clips: a decoder trained on 9-frame clips only returned frames 9 on with 2.5x the error (its causal
+   cache reaches further back than 9 frames, so it had never run without the clip's start in view), which a long
+   video's stitched latents run into at once; one trained on 33 frames holds its error to 65 frames.
 3. latents: a fixed balanced set of 9-frame clips encoded once, normalised per channel; the statistics go into the
    VAE config, where WanPipeline reads them to de-normalise (its variable named `latents_std` holds 1/std).
 4. transformer: flow matching as FlowMatchEulerDiscreteScheduler samples it. The scheduler steps
@@ -16,7 +19,11 @@ Stages run in order; each saves a checkpoint into the work folder, so a killed r
    `v = noise - x0`, at timestep `sigma * 1000` on the shifted sigmas. Prompts are dropped to the empty prompt's
    embedding (what the engine passes as the negative prompt) so classifier-free guidance works. An exponential
    moving average of the weights is what gets saved.
-5. export: a diffusers folder (safetensors only) that WanPipeline.from_pretrained loads like any model.
+5. continuation: the transformer fine-tuned to continue a clean prefix, as a long video's next chunk is rendered
+   (engine.chunks, chunk_condition "clean"): on half of each batch, a window starting `window - prefix` latents into
+   a longer encoded clip, its first `prefix` latents clean with timestep 0 (per token) and outside the loss; the
+   other half is the stage 4 objective, so one window's renders keep what it learnt.
+6. export: a diffusers folder (safetensors only) that WanPipeline.from_pretrained loads like any model.
 
 Every random draw comes from a generator seeded with (seed, stage, step), so a resumed run draws what an unbroken
 run would have.
@@ -37,12 +44,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.toy.model import FRAMES, HEIGHT, MAX_SEQUENCE_LENGTH, SCHEDULER_SHIFT, TOY_SEED, WIDTH, build_toy_pipeline
+from engine.toy.model import (
+    FRAMES,
+    HEIGHT,
+    MAX_SEQUENCE_LENGTH,
+    SCHEDULER_SHIFT,
+    TEMPORAL,
+    TOY_SEED,
+    WIDTH,
+    build_toy_pipeline,
+)
 from engine.toy.world import BACKGROUNDS, COMBINATIONS, SHAPES, dataset, dataset_specs, render_clip
 
 log = logging.getLogger(__name__)
 
-STAGES = ("vae", "decoder", "latents", "transformer")
+STAGES = ("vae", "decoder", "latents", "transformer", "continuation")
 
 
 @dataclass(frozen=True)
@@ -62,7 +78,9 @@ class TrainConfig:
     # they are what tells a circle from a square, ~20% of the object, and blur rounds them off first (a decoder
     # fine-tune of the run-4 VAE with this weight at 16 kept squares in 87.5% of reconstructions instead of 82.5%).
     shape_weight: float = 8.0
-    decoder_steps: int = 300
+    decoder_steps: int = 100
+    decoder_batch: int = 4
+    decoder_frames: int = 33
     latent_clips: int = 9600  # 120 per prompt
     steps: int = 9000
     batch: int = 32
@@ -70,6 +88,13 @@ class TrainConfig:
     warmup: int = 100
     ema: float = 0.998
     prompt_dropout: float = 0.1
+    # Stage 5. prefix_latents is the toy registration's chunk_overlap (engine.models.TOY, a test checks).
+    continuation_steps: int = 320
+    continuation_lr: float = 5e-4
+    continuation_ema: float = 0.99
+    continuation_fraction: float = 0.5
+    continuation_clips: int = 800  # 10 per prompt
+    prefix_latents: int = 2
     checkpoint_every: int = 100
     log_every: int = 25
 
@@ -178,10 +203,12 @@ def decode_unclamped(vae, z: torch.Tensor) -> torch.Tensor:
 def _vae_batch(config: TrainConfig, stage: str, step: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     rng = _rng(config, stage, step)
     seed = int(rng.integers(2**31))
-    specs = list(dataset_specs(config.vae_batch, seed, width=WIDTH, height=HEIGHT))
+    batch, frames = (config.decoder_batch, config.decoder_frames) if stage == "decoder" \
+        else (config.vae_batch, config.vae_frames)
+    specs = list(dataset_specs(batch, seed, width=WIDTH, height=HEIGHT))
 
     def draw(spec) -> np.ndarray:
-        return render_clip(spec, frames=config.vae_frames, width=WIDTH, height=HEIGHT)
+        return render_clip(spec, frames=frames, width=WIDTH, height=HEIGHT)
 
     clips = np.stack([draw(spec) for spec in specs])  # (B, F, H, W, 3)
     backgrounds = np.array([BACKGROUNDS[spec.background] for spec in specs], dtype=np.uint8)
@@ -265,50 +292,119 @@ def shifted_sigmas(u: torch.Tensor, shift: float = SCHEDULER_SHIFT) -> torch.Ten
 
 
 def _train_transformer(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict) -> dict:
-    data = finished["latents"]
-    latents = data["latents"]
+    latents = finished["latents"]["latents"]
     prompts, embeds, empty = prompt_table(pipe)
-    index = {p: i for i, p in enumerate(prompts)}
-    prompt_ids = torch.tensor([index[p] for p in data["prompts"]])
+    prompt_ids = _prompt_ids(prompts, finished["latents"]["prompts"])
 
-    model = pipe.transformer
-    model.requires_grad_(True).train()
-    average = copy.deepcopy(model).requires_grad_(False).eval()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
-    schedule = _warmup_cosine(optimizer, config.steps, config.warmup)
-    step, seconds = _resume(work / "transformer.last.pt", model, optimizer, schedule, average)
-    started, loss_value, smoothed = time.monotonic(), float("nan"), None
-    while step < config.steps:
-        rng = _rng(config, "transformer", step)
-        generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    def batch(rng: np.random.Generator, generator: torch.Generator):
         pick = torch.from_numpy(rng.integers(0, len(latents), config.batch))
         x0 = latents[pick]
-        text = embeds[prompt_ids[pick]].clone()
-        drop = torch.from_numpy(rng.random(config.batch) < config.prompt_dropout)
-        text[drop] = empty[0]
+        return x0, _texts(config, rng, embeds[prompt_ids[pick]], empty), torch.zeros(config.batch, dtype=torch.long)
+
+    return _flow_matching(pipe.transformer, config, work, logger, stage="transformer", batch=batch,
+                          steps=config.steps, lr=config.lr, warmup=config.warmup, ema=config.ema)
+
+
+def _train_continuation(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict) -> dict:
+    """Stage 5: windows of longer clips, half of them starting `window - prefix` latents in with a clean prefix."""
+    started = time.monotonic()
+    window = (FRAMES - 1) // TEMPORAL + 1
+    offset = window - config.prefix_latents
+    # The encoder reads frames in groups of 4 after the first, so a clip is 4k + 1 frames long.
+    frames = 1 + 4 * math.ceil(((offset + window - 1) * TEMPORAL) / 4)
+    stats = finished["latents"]
+    view = (1, -1, 1, 1, 1)
+    mean, std = torch.tensor(stats["latents_mean"]).view(view), torch.tensor(stats["latents_std"]).view(view)
+    encoded, clip_prompts = [], []
+    pairs = list(dataset(config.continuation_clips, config.seed + 1, frames=frames, width=WIDTH, height=HEIGHT))
+    with torch.no_grad():
+        for i in range(0, len(pairs), 32):
+            chunk = pairs[i : i + 32]
+            z, _ = pipe.vae._encode(to_model_space(np.stack([clip for _, clip in chunk]))).chunk(2, dim=1)
+            encoded.append((z - mean) / std)
+            clip_prompts += [prompt for prompt, _ in chunk]
+    latents = torch.cat(encoded)
+    prompts, embeds, empty = prompt_table(pipe)
+    prompt_ids = _prompt_ids(prompts, clip_prompts)
+    encode_s = time.monotonic() - started
+
+    def batch(rng: np.random.Generator, generator: torch.Generator):
+        pick = torch.from_numpy(rng.integers(0, len(latents), config.batch))
+        continued = torch.from_numpy(rng.random(config.batch) < config.continuation_fraction)
+        x0 = torch.stack([latents[i, :, s : s + window]
+                          for i, s in zip(pick.tolist(), (continued.long() * offset).tolist())])
+        prefix = continued.long() * config.prefix_latents
+        return x0, _texts(config, rng, embeds[prompt_ids[pick]], empty), prefix
+
+    state = _flow_matching(pipe.transformer, config, work, logger, stage="continuation", batch=batch,
+                           steps=config.continuation_steps, lr=config.continuation_lr,
+                           warmup=min(config.warmup, config.continuation_steps // 10), ema=config.continuation_ema,
+                           fixed_decay=True)
+    state["seconds"] += encode_s
+    return state
+
+
+def _prompt_ids(prompts: list[str], clip_prompts: list[str]) -> torch.Tensor:
+    index = {p: i for i, p in enumerate(prompts)}
+    return torch.tensor([index[p] for p in clip_prompts])
+
+
+def _texts(config: TrainConfig, rng: np.random.Generator, text: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
+    """The clips' prompt embeddings, some dropped to the empty prompt's (what guidance's unconditional pass sees)."""
+    text = text.clone()
+    text[torch.from_numpy(rng.random(len(text)) < config.prompt_dropout)] = empty[0]
+    return text
+
+
+def _flow_matching(model, config: TrainConfig, work: Path, logger: "_Logger", *, stage: str, batch, steps: int,
+                   lr: float, warmup: int, ema: float, fixed_decay: bool = False) -> dict:
+    """The transformer's training loop. `batch(rng, generator)` gives clean latents, text and each clip's number of
+    clean prefix latents (0: none); a prefix stays clean, its tokens get timestep 0 and it is outside the loss."""
+    from engine.denoise import tied_tokens
+
+    model.requires_grad_(True).train()
+    average = copy.deepcopy(model).requires_grad_(False).eval()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    schedule = _warmup_cosine(optimizer, steps, warmup)
+    step, seconds = _resume(work / f"{stage}.last.pt", model, optimizer, schedule, average)
+    started, loss_value, smoothed = time.monotonic(), float("nan"), None
+    while step < steps:
+        rng = _rng(config, stage, step)
+        generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
+        x0, text, prefix = batch(rng, generator)
         noise = torch.randn(x0.shape, generator=generator)
-        sigma = shifted_sigmas(torch.rand(config.batch, generator=generator))
+        sigma = shifted_sigmas(torch.rand(len(x0), generator=generator))
         s = sigma.view(-1, 1, 1, 1, 1)
         x_t = (1 - s) * x0 + s * noise
-        v = model(x_t, sigma * 1000, text, return_dict=False)[0]
-        loss = torch.nn.functional.mse_loss(v, noise - x0)
+        keep = torch.ones_like(x0)  # 0 on prefix latents: clean in, outside the loss
+        for i, n in enumerate(prefix.tolist()):
+            x_t[i, :, :n] = x0[i, :, :n]
+            keep[i, :, :n] = 0
+        if prefix.any():
+            clean = tied_tokens(prefix, x0, model.config.patch_size)
+            timestep = (sigma * 1000).view(-1, 1).expand(clean.shape).masked_fill(clean, 0)
+        else:
+            timestep = sigma * 1000
+        v = model(x_t, timestep, text, return_dict=False)[0]
+        loss = ((v - (noise - x0)) ** 2 * keep).sum() / keep.sum() if prefix.any() \
+            else torch.nn.functional.mse_loss(v, noise - x0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         step += 1
-        decay = min(config.ema, (1 + step) / (10 + step))
+        decay = ema if fixed_decay else min(ema, (1 + step) / (10 + step))
         with torch.no_grad():
             for a, p in zip(average.parameters(), model.parameters()):
                 a.lerp_(p, 1 - decay)
         loss_value = loss.item()
         smoothed = loss_value if smoothed is None else 0.95 * smoothed + 0.05 * loss_value
-        if step % config.log_every == 0 or step == config.steps:
-            logger.log(stage="transformer", step=step, of=config.steps, loss=loss_value, smoothed=smoothed,
+        if step % config.log_every == 0 or step == steps:
+            logger.log(stage=stage, step=step, of=steps, loss=loss_value, smoothed=smoothed,
                        lr=schedule.get_last_lr()[0], seconds=seconds + time.monotonic() - started)
-        if step % config.checkpoint_every == 0 and step < config.steps:
-            _checkpoint(work / "transformer.last.pt", model, optimizer, schedule, step,
+        if step % config.checkpoint_every == 0 and step < steps:
+            _checkpoint(work / f"{stage}.last.pt", model, optimizer, schedule, step,
                         seconds + time.monotonic() - started, average)
     model.load_state_dict(average.state_dict())
     model.requires_grad_(False).eval()
@@ -320,6 +416,7 @@ _STAGE_FUNCS = {
     "decoder": _train_decoder,
     "latents": _encode_latents,
     "transformer": _train_transformer,
+    "continuation": _train_continuation,
 }
 
 
@@ -328,7 +425,7 @@ def _restore(pipe, stage: str, state: dict) -> None:
         pipe.vae.load_state_dict(state["vae"])
     elif stage == "latents":
         pipe.vae.register_to_config(latents_mean=state["latents_mean"], latents_std=state["latents_std"])
-    elif stage == "transformer":
+    elif stage in ("transformer", "continuation"):
         pipe.transformer.load_state_dict(state["transformer"])
 
 

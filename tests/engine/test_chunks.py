@@ -67,7 +67,8 @@ def test_seam_score_is_about_one_for_steady_motion_and_high_for_a_jump():
 def test_the_tie_holds_the_overlap_noised_to_each_step_or_clean(model_cache, clean):
     """What the transformer sees of a conditioned chunk's overlap at every step: the condition noised to the step's
     level with the chunk's own initial noise (chunk_condition noised), or the condition itself (clean); the free
-    video in the same batch is left alone, and the overlap comes out equal to the condition either way."""
+    video in the same batch is left alone, and the overlap comes out equal to the condition either way. Held clean,
+    the overlap's tokens get timestep 0 and every other token the step's."""
     from engine import denoise
     from engine.config import EngineConfig
     from engine.engine import Engine
@@ -76,9 +77,13 @@ def test_the_tie_holds_the_overlap_noised_to_each_step_or_clean(model_cache, cle
     pipe = Engine(EngineConfig(cache_dir=model_cache), Registry()).pipeline("tiny")
     embeds = pipe.encode_prompt(["a", "b"], do_classifier_free_guidance=False, max_sequence_length=64)[0]
     condition = torch.randn(16, 2, 8, 8, generator=torch.Generator().manual_seed(1))
-    seen = []
-    hook = pipe.transformer.register_forward_pre_hook(
-        lambda module, args, kwargs: seen.append(kwargs["hidden_states"][:, :, :2].clone()), with_kwargs=True)
+    seen, timesteps = [], []
+
+    def record(module, args, kwargs):
+        seen.append(kwargs["hidden_states"][:, :, :2].clone())
+        timesteps.append(kwargs["timestep"].clone())
+
+    hook = pipe.transformer.register_forward_pre_hook(record, with_kwargs=True)
     try:
         latents = denoise.denoise(pipe, prompt_embeds=embeds, negative_prompt_embeds=None, height=64, width=64,
                                   frames=9, steps=3, guidance=1.0, conditions=[condition, None],
@@ -93,4 +98,12 @@ def test_the_tie_holds_the_overlap_noised_to_each_step_or_clean(model_cache, cle
         expected = condition if clean else (1 - sigmas[i]) * condition + sigmas[i] * noise
         assert torch.allclose(overlap[0], expected, atol=1e-5), i
         assert not torch.allclose(overlap[1], expected, atol=1e-2)
+    per_frame = 4 * 4  # 8x8 latents in 2x2 patches
+    for t, step in zip(timesteps, pipe.scheduler.timesteps):
+        if clean:  # (videos, tokens) in frame-major order; the overlap is the first 2 latent frames
+            assert t.shape == (2, 3 * per_frame)
+            assert torch.all(t[0, : 2 * per_frame] == 0) and torch.all(t[0, 2 * per_frame :] == step)
+            assert torch.all(t[1] == step)
+        else:
+            assert t.shape == (2,) and torch.all(t == step)
     assert torch.equal(latents[0, :, :2], condition)

@@ -81,3 +81,51 @@ def test_a_work_folder_refuses_another_config(tmp_path):
     (tmp_path / "work" / "config.json").write_text(json.dumps({**TrainConfig(**QUICK).__dict__, "steps": 31}))
     with pytest.raises(ValueError, match="steps differ"):
         train(TrainConfig(**QUICK), tmp_path / "work", tmp_path / "out")
+
+
+def test_the_continuation_prefix_is_the_toy_registrations_overlap():
+    from engine.models import TOY
+
+    assert TrainConfig().prefix_latents == TOY.chunk_overlap
+
+
+def test_the_continuation_stage_ran_and_changed_the_transformer(quick_run):
+    import torch
+
+    assert len(losses(quick_run / "work", "continuation")) == 2  # 6 steps, logged every 3
+    before = torch.load(quick_run / "work" / "transformer.done.pt", weights_only=False)["transformer"]
+    after = torch.load(quick_run / "work" / "continuation.done.pt", weights_only=False)["transformer"]
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_clean_prefix_trains_at_timestep_0_and_outside_the_loss(tmp_path):
+    """One step of the training loop with a 2-latent prefix on the first clip: the transformer sees that prefix
+    clean with timestep 0 on its tokens, the rest noised at the clip's timestep; the other clip has no prefix."""
+    import torch
+
+    from engine.toy.model import build_transformer
+    from engine.toy.train import _flow_matching, _Logger
+
+    model = build_transformer()
+    x0 = torch.randn(2, 8, 5, 8, 8, generator=torch.Generator().manual_seed(0))
+    seen = {}
+
+    def record(module, args, kwargs):
+        seen["hidden"], seen["timestep"] = args[0].clone(), args[1].clone()
+
+    hook = model.register_forward_pre_hook(record, with_kwargs=True)
+    config = TrainConfig(**QUICK)
+    try:
+        _flow_matching(model, config, tmp_path, _Logger(tmp_path / "log.jsonl", None), stage="continuation",
+                       batch=lambda rng, gen: (x0, torch.zeros(2, 64, 64), torch.tensor([2, 0])), steps=1,
+                       lr=1e-3, warmup=1, ema=0.9)
+    finally:
+        hook.remove()
+    per_frame = 16  # 8x8 latents in 2x2 patches
+    t = seen["timestep"]
+    assert t.shape == (2, 5 * per_frame)
+    assert torch.all(t[0, : 2 * per_frame] == 0) and torch.all(t[0, 2 * per_frame :] > 0)
+    assert torch.all(t[1] == t[1, 0]) and t[1, 0] > 0
+    assert torch.equal(seen["hidden"][0, :, :2], x0[0, :, :2])
+    assert not torch.allclose(seen["hidden"][0, :, 2:], x0[0, :, 2:])
