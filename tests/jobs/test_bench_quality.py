@@ -23,8 +23,8 @@ def env(tmp_path, model_cache):
 
 
 def test_bench_quality_measures_records_and_gates_runs(tmp_path, env):
-    # A threshold no step passes changes nothing (it must pass); 30% of the steps changes everything (it must fail).
-    proc = cli(["bench", "--quality", "--count", "16", "--setting", "step_cache=1e-6", "--setting", "step_scale=0.3",
+    # A threshold no step passes changes nothing (it must pass); 10% of the steps (2) changes everything (it must fail).
+    proc = cli(["bench", "--quality", "--count", "16", "--setting", "step_cache=1e-6", "--setting", "step_scale=0.1",
                 "--json"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
@@ -33,18 +33,18 @@ def test_bench_quality_measures_records_and_gates_runs(tmp_path, env):
     same, short = r["settings"]
     assert same["setting"] == "step_cache=1e-06" and same["passed"] and same["psnr_db_min"] >= 60
     assert same["adherence"] == r["exact"]["adherence"]
-    assert short["setting"] == "step_scale=0.3" and not short["passed"]
+    assert short["setting"] == "step_scale=0.1" and not short["passed"]
     assert short["psnr_db_mean"] < 25 and any("mean PSNR" in f for f in short["failures"])
     assert r["passed"] == ["step_cache=1e-06"]
     recorded = gates.load(tmp_path / "cache")
-    assert sorted(g["setting"] for g in recorded.values()) == ["step_cache=1e-06", "step_scale=0.3"]
+    assert sorted(g["setting"] for g in recorded.values()) == ["step_cache=1e-06", "step_scale=0.1"]
 
     manifest = tmp_path / "one.yaml"
     manifest.write_text("name: gated\nmodel: toy\nvideos:\n  - id: a\n    prompt: a red circle moving left on a "
                         "black background\n", encoding="utf-8")
-    refused = cli(["run", str(manifest)], tmp_path, {**env, "REELBATCH_STEP_SCALE": "0.3"})
+    refused = cli(["run", str(manifest)], tmp_path, {**env, "REELBATCH_STEP_SCALE": "0.1"})
     assert refused.returncode == 2, refused.stderr
-    assert "REELBATCH_STEP_SCALE" in refused.stderr and "step_scale=0.3 failed its quality gate" in refused.stderr
+    assert "REELBATCH_STEP_SCALE" in refused.stderr and "step_scale=0.1 failed its quality gate" in refused.stderr
     assert not (tmp_path / "reelbatch.db").exists() and not (tmp_path / "outputs").exists(), "nothing written"
     ungated = cli(["run", str(manifest)], tmp_path, {**env, "REELBATCH_STEP_SCALE": "0.5"})
     assert ungated.returncode == 2 and "step_scale=0.5 has no recorded quality gate" in ungated.stderr
