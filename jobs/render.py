@@ -294,8 +294,10 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, 
             retried_now = _retry(settings, factory, unit, value, meter, spent=spent)
             retried += retried_now is True
             failed += retried_now is False
-        # outcome "lost": the lease was lost before the upload; whoever holds it now stores this video. A worker
-        # whose lease was lost writes nothing, cost records included: its seconds stay on its session (jobs.ledger).
+        elif outcome == "lost":
+            # The lease was lost before the upload; whoever holds it now stores this video. A worker whose lease
+            # was lost writes nothing, cost records included: its seconds stay on its session (jobs.ledger).
+            continue
         elif outcome == "chunk":
             readied += leases.record_chunk(factory, unit, value, render_share, video.stages, spent, meter.rate,
                                            meter.session_id)
