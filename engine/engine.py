@@ -192,13 +192,14 @@ class Engine:
         """A long video in this process, chunk after chunk (each conditioned on the one before), stitched and
         decoded: the reference the job system's chunk-by-chunk path must equal. Returns the video and its chunks'
         latents. `shape` is the window's shape."""
-        from engine.chunks import seam_score, stitch
+        from engine.chunks import chunk_seed, seam_score, stitch
 
         chunks: list[torch.Tensor] = []
         stages: dict[str, float] = {}
         for k in range(chunk_plan.chunks):
             condition = chunks[-1][:, -chunk_plan.overlap:] if chunks else None
-            (done,) = self.render(RenderBatch(shape, (replace(request, condition=condition, latents_only=True),)))
+            chunk = replace(request, seed=chunk_seed(request.seed, k), condition=condition, latents_only=True)
+            (done,) = self.render(RenderBatch(shape, (chunk,)))
             if done.error:
                 return RenderedVideo(request, None, f"chunk {k}: {done.error}", stages), chunks
             chunks.append(done.latents)

@@ -22,6 +22,7 @@ from functools import lru_cache, partial
 import safetensors.torch
 import torch
 
+from engine.chunks import chunk_seed
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape
@@ -204,8 +205,8 @@ def _adopt_earlier_uploads(settings, factory, claim: Claim, meter: Meter) -> tup
 
 
 def _chunk_request(factory, request: RenderRequest, unit: ClaimedUnit) -> RenderRequest:
-    """A long video's chunk asks for its latents, and after the first, is tied to the end of the chunk before it
-    (read back from that chunk's checkpoint in the store)."""
+    """A long video's chunk asks for its latents, draws its own noise (engine.chunks.chunk_seed), and after the
+    first, is tied to the end of the chunk before it (read back from that chunk's checkpoint in the store)."""
     if not unit.chunked:
         return request
     condition = None
@@ -214,7 +215,7 @@ def _chunk_request(factory, request: RenderRequest, unit: ClaimedUnit) -> Render
         if previous is None:
             raise RuntimeError(f"video {unit.key}: chunk {unit.chunk - 1} has no checkpoint")
         condition = load_latents(store_for(unit.output).get(previous))[:, -unit.chunk_overlap:]
-    return replace(request, condition=condition, latents_only=True)
+    return replace(request, seed=chunk_seed(request.seed, unit.chunk), condition=condition, latents_only=True)
 
 
 def checkpoint_key(unit: ClaimedUnit) -> str:

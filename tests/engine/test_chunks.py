@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.chunks import plan, seam_score, stitch
+from engine.chunks import chunk_seed, plan, seam_score, stitch
 
 
 @pytest.mark.parametrize("frames, window, overlap, t, chunks, latents, seams", [
@@ -61,6 +61,19 @@ def test_seam_score_is_about_one_for_steady_motion_and_high_for_a_jump():
     frames[11:] += 60  # the picture jumps where the second chunk's own frames begin
     assert seam_score(frames, [11]) > 5
     assert seam_score(frames, []) is None
+
+
+def test_each_chunk_after_the_first_draws_its_own_seed():
+    """Chunk 0 keeps the video's seed, so a one-window video renders as before; later chunks get seeds of their
+    own, stable across processes (no hash()) and different per video."""
+    assert chunk_seed(1234, 0) == 1234
+    seeds = [chunk_seed(1234, k) for k in range(1, 64)]
+    assert len(set(seeds + [1234])) == 64 and all(0 <= s < 2**63 for s in seeds)
+    assert chunk_seed(1234, 1) == 0x52A4B13A0C99B66C  # sha256("1234\\x001")[:8], top bit cleared
+    assert chunk_seed(1235, 1) != chunk_seed(1234, 1)
+    # The noise a chunk starts from is then its own: with the video's seed in every chunk it was chunk 0's.
+    noise = [torch.randn(4, generator=torch.Generator().manual_seed(chunk_seed(7, k))) for k in range(3)]
+    assert not torch.equal(noise[0], noise[1]) and not torch.equal(noise[1], noise[2])
 
 
 @pytest.mark.parametrize("clean", [False, True])
