@@ -78,7 +78,9 @@ class TrainConfig:
     # they are what tells a circle from a square, ~20% of the object, and blur rounds them off first (a decoder
     # fine-tune of the run-4 VAE with this weight at 16 kept squares in 87.5% of reconstructions instead of 82.5%).
     shape_weight: float = 8.0
-    decoder_steps: int = 100
+    # 200, not run 6's 100: at 100 a red object on black turned purple to blue from frame 16 of a 33-frame clip
+    # (RMS error 0.15 -> 0.30), which long videos showed as a colour change in their last windows.
+    decoder_steps: int = 200
     decoder_batch: int = 4
     decoder_frames: int = 33
     latent_clips: int = 9600  # 120 per prompt

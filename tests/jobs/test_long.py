@@ -133,11 +133,12 @@ TOY_LONG = [("a red circle moving left on a black background", 3),
 def test_toy_videos_four_windows_long_keep_their_prompt_mostly_and_do_not_jump_at_seams(tmp_path):
     """The trained toy model, 4 s at 8 fps (33 frames: 5 chunks of its 9-frame window) through the job path, four
     videos whose chunks batch together, each chunk held to the clean end of the one before (the toy's
-    chunk_condition). Each 9-frame window of the decoded MP4 is judged, and the object is tracked frame by frame:
-    no step at a seam is over 1.5x the largest step inside a chunk (measured: at most 1.34x; with the re-noised tie
-    the same videos stepped 6-15 px backwards at seams). The prompt holds in the first window of every video and in
-    at least 80% of windows: measured 17 of 20 for colour (the red circle changes colour from its third window) and
-    17 of 20 for direction (the blue square stalls after its first chunk); docs/LONG_VIDEOS.md."""
+    chunk_condition) and starting from its own noise (engine.chunks.chunk_seed). Each 9-frame window of the decoded
+    MP4 is judged, and the object is tracked frame by frame: no step at a seam is over 1.5x the largest step inside
+    a chunk (with the re-noised tie the same videos stepped 6-15 px backwards at seams). Colour holds in every
+    window (run 6's decoder turned red to blue late in a clip); direction in the first window of every video and in
+    at least 90% of windows: measured 18 of 20 on run 7, where the blue square, already rendered as a blurred
+    circle in its first window, wanders in its second and third (docs/LONG_VIDEOS.md)."""
     from engine.models import Registry
     from engine.toy.judge import judge_clip, seam_steps
     from engine.toy.world import parse_prompt
@@ -169,8 +170,8 @@ def test_toy_videos_four_windows_long_keep_their_prompt_mostly_and_do_not_jump_a
         windows += judged
         at_seams, inside = seam_steps(frames, seams, 2, parse_prompt(prompt)["direction"])
         assert at_seams.max() <= 1.5 * inside.max(), (prompt, at_seams, inside)
-    for name in ("colour", "direction"):
-        assert sum(w[name] for w in windows) >= 0.8 * len(windows), (name, windows)
+    assert all(w["colour"] for w in windows), windows
+    assert sum(w["direction"] for w in windows) >= 0.9 * len(windows), windows
 
 
 def test_a_last_chunk_whose_upload_outlived_its_worker_is_adopted_and_its_checkpoints_removed(farm, monkeypatch):
