@@ -235,6 +235,21 @@ def _vae_batch(config: TrainConfig, stage: str, step: int) -> tuple[torch.Tensor
     return to_model_space(clips), masks
 
 
+def _encode_clips(pipe, pairs, progress: Callable[[int], None] | None = None) -> tuple[torch.Tensor, list[str]]:
+    """(prompt, clip) pairs through the VAE's encoder in batches of 32: the latents' means (B, C, L, h, w) and the
+    prompts in order; `progress` hears the number encoded after each batch."""
+    latents, prompts = [], []
+    pairs = iter(pairs)
+    with torch.no_grad():
+        while batch := [pair for _, pair in zip(range(32), pairs)]:
+            mean, _ = pipe.vae._encode(to_model_space(np.stack([clip for _, clip in batch]))).chunk(2, dim=1)
+            latents.append(mean)
+            prompts += [prompt for prompt, _ in batch]
+            if progress:
+                progress(len(prompts))
+    return torch.cat(latents), prompts
+
+
 def to_model_space(clips: np.ndarray) -> torch.Tensor:
     """uint8 (B, F, H, W, 3) to float (B, 3, F, H, W) in [-1, 1], the VAE's input range."""
     return torch.from_numpy(clips).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
@@ -245,20 +260,12 @@ def to_model_space(clips: np.ndarray) -> torch.Tensor:
 
 def _encode_latents(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict) -> dict:
     started = time.monotonic()
-    latents, prompts = [], []
-    chunk = 32
-    pairs = dataset(config.latent_clips, config.seed, frames=FRAMES, width=WIDTH, height=HEIGHT)
-    with torch.no_grad():
-        while True:
-            batch = [pair for _, pair in zip(range(chunk), pairs)]
-            if not batch:
-                break
-            mean, _ = pipe.vae._encode(to_model_space(np.stack([clip for _, clip in batch]))).chunk(2, dim=1)
-            latents.append(mean)
-            prompts += [prompt for prompt, _ in batch]
-            logger.log(stage="latents", step=len(prompts), of=config.latent_clips,
-                       seconds=time.monotonic() - started)
-    z = torch.cat(latents)
+
+    def progress(done: int) -> None:
+        logger.log(stage="latents", step=done, of=config.latent_clips, seconds=time.monotonic() - started)
+
+    z, prompts = _encode_clips(pipe, dataset(config.latent_clips, config.seed, frames=FRAMES, width=WIDTH,
+                                             height=HEIGHT), progress)
     channel_mean = z.mean(dim=(0, 2, 3, 4))
     channel_std = z.std(dim=(0, 2, 3, 4))
     # Stored in the config the pipeline reads: latents * std + mean before decoding.
@@ -298,7 +305,7 @@ def _train_transformer(pipe, config: TrainConfig, work: Path, logger: "_Logger",
     prompts, embeds, empty = prompt_table(pipe)
     prompt_ids = _prompt_ids(prompts, finished["latents"]["prompts"])
 
-    def batch(rng: np.random.Generator, generator: torch.Generator):
+    def batch(rng: np.random.Generator):
         pick = torch.from_numpy(rng.integers(0, len(latents), config.batch))
         x0 = latents[pick]
         return x0, _texts(config, rng, embeds[prompt_ids[pick]], empty), torch.zeros(config.batch, dtype=torch.long)
@@ -317,20 +324,14 @@ def _train_continuation(pipe, config: TrainConfig, work: Path, logger: "_Logger"
     stats = finished["latents"]
     view = (1, -1, 1, 1, 1)
     mean, std = torch.tensor(stats["latents_mean"]).view(view), torch.tensor(stats["latents_std"]).view(view)
-    encoded, clip_prompts = [], []
-    pairs = list(dataset(config.continuation_clips, config.seed + 1, frames=frames, width=WIDTH, height=HEIGHT))
-    with torch.no_grad():
-        for i in range(0, len(pairs), 32):
-            chunk = pairs[i : i + 32]
-            z, _ = pipe.vae._encode(to_model_space(np.stack([clip for _, clip in chunk]))).chunk(2, dim=1)
-            encoded.append((z - mean) / std)
-            clip_prompts += [prompt for prompt, _ in chunk]
-    latents = torch.cat(encoded)
+    z, clip_prompts = _encode_clips(pipe, dataset(config.continuation_clips, config.seed + 1, frames=frames,
+                                                  width=WIDTH, height=HEIGHT))
+    latents = (z - mean) / std
     prompts, embeds, empty = prompt_table(pipe)
     prompt_ids = _prompt_ids(prompts, clip_prompts)
     encode_s = time.monotonic() - started
 
-    def batch(rng: np.random.Generator, generator: torch.Generator):
+    def batch(rng: np.random.Generator):
         pick = torch.from_numpy(rng.integers(0, len(latents), config.batch))
         continued = torch.from_numpy(rng.random(config.batch) < config.continuation_fraction)
         x0 = torch.stack([latents[i, :, s : s + window]
@@ -360,7 +361,7 @@ def _texts(config: TrainConfig, rng: np.random.Generator, text: torch.Tensor, em
 
 def _flow_matching(model, config: TrainConfig, work: Path, logger: "_Logger", *, stage: str, batch, steps: int,
                    lr: float, warmup: int, ema: float, fixed_decay: bool = False) -> dict:
-    """The transformer's training loop. `batch(rng, generator)` gives clean latents, text and each clip's number of
+    """The transformer's training loop. `batch(rng)` gives clean latents, text and each clip's number of
     clean prefix latents (0: none); a prefix stays clean, its tokens get timestep 0 and it is outside the loss."""
     from engine.denoise import tied_tokens
 
@@ -373,7 +374,7 @@ def _flow_matching(model, config: TrainConfig, work: Path, logger: "_Logger", *,
     while step < steps:
         rng = _rng(config, stage, step)
         generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
-        x0, text, prefix = batch(rng, generator)
+        x0, text, prefix = batch(rng)
         noise = torch.randn(x0.shape, generator=generator)
         sigma = shifted_sigmas(torch.rand(len(x0), generator=generator))
         s = sigma.view(-1, 1, 1, 1, 1)

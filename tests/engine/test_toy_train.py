@@ -118,7 +118,7 @@ def test_a_clean_prefix_trains_at_timestep_0_and_outside_the_loss(tmp_path):
     config = TrainConfig(**QUICK)
     try:
         _flow_matching(model, config, tmp_path, _Logger(tmp_path / "log.jsonl", None), stage="continuation",
-                       batch=lambda rng, gen: (x0, torch.zeros(2, 64, 64), torch.tensor([2, 0])), steps=1,
+                       batch=lambda rng: (x0, torch.zeros(2, 64, 64), torch.tensor([2, 0])), steps=1,
                        lr=1e-3, warmup=1, ema=0.9)
     finally:
         hook.remove()
