@@ -3,15 +3,16 @@
 import dataclasses
 import json
 import time
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
 
 from engine.engine import Engine
-from jobs import queries
+from jobs import leases, queries
 from jobs.db import session_factory
 from jobs.manifest import load_manifest
-from jobs.models import CostRecord, Video
+from jobs.models import CostRecord, Video, WorkUnit, utcnow
 from jobs.render import Finisher, render_next_batch
 from jobs.settings import Settings
 from jobs.status import Status
@@ -186,3 +187,32 @@ def test_a_batch_shows_in_the_prometheus_metrics(setup):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     assert 'reelbatch_videos_total{outcome="succeeded"}' in text and "reelbatch_queue_depth" in text
+
+
+def test_a_video_whose_lease_was_lost_before_its_upload_is_left_to_its_new_holder(setup):
+    """The worker renders; before it stores, v1's lease expires, the reaper hands v1 on and another worker claims
+    it (a worker frozen past its lease, made to happen every time). This worker stores and records v0 and v2 and
+    writes nothing for v1: no object, no cost record, no change to the row the other worker now holds."""
+    settings, factory, engine, folder = setup
+    render = engine.render
+
+    def then_lose_v1(*args, **kwargs):
+        rendered = render(*args, **kwargs)
+        with factory.begin() as s:
+            unit = s.scalar(select(WorkUnit).join(Video).where(Video.key == "v1"))
+            unit.lease_expires_at = utcnow() - timedelta(seconds=1)
+        assert leases.reap_expired(factory, max_attempts=3) == 1
+        other = leases.claim_batch(factory, owner="other-worker", max_batch=8, lease_s=600)
+        assert [u.key for u in other.units] == ["v1"]
+        return rendered
+
+    engine.render = then_lose_v1
+    result = render_next_batch(settings, engine, factory)  # lease_s 120: the keeper renews nothing meanwhile
+    assert (result.claimed, result.succeeded, result.retried, result.failed) == (3, 2, 0, 0)
+    assert sorted(p.name for p in folder.iterdir()) == ["v0.mp4", "v2.mp4"]
+    with factory() as s:
+        v1 = s.scalar(select(Video).where(Video.key == "v1"))
+        unit = s.scalar(select(WorkUnit).where(WorkUnit.video_id == v1.id))
+        kinds = list(s.scalars(select(CostRecord.kind).where(CostRecord.video_id == v1.id)))
+    assert Status(v1.status) is Status.RUNNING and unit.lease_owner == "other-worker" and v1.upload_sha256 is None
+    assert v1.attempts == 2 and kinds == [], "the lost attempt is the reaper's to count, and nobody's to charge"
