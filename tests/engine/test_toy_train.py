@@ -105,7 +105,8 @@ def test_a_clean_prefix_trains_at_timestep_0_and_outside_the_loss(tmp_path):
     import torch
 
     from engine.toy.model import build_transformer
-    from engine.toy.train import _flow_matching, _Logger
+    from engine.toy.train import _Logger
+    from engine.toy.train_transformer import _flow_matching
 
     model = build_transformer()
     x0 = torch.randn(2, 8, 5, 8, 8, generator=torch.Generator().manual_seed(0))
