@@ -19,14 +19,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 
-import safetensors.torch
-import torch
-
-from engine.chunks import chunk_seed
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape
 from jobs import leases, logs, metrics
+from jobs.chunk_store import chunk_request, drop_checkpoints, stitch_long, store_chunk
 from jobs.leases import Claim, ClaimedUnit, VideoOutput
 from jobs.ledger import Meter
 from jobs.settings import Settings
@@ -147,8 +144,9 @@ def _render_claim(settings, engine, factory, claim: Claim, finisher, on_ready, m
             return BatchResult(len(claim.units), adopted)
         try:
             with meter.busy(u.video_id for u in todo) as span:
-                batch = RenderBatch(claim.batch.shape, tuple(_chunk_request(factory, r, u) for r, u in
-                                                             zip(claim.batch.requests, claim.units) if u in todo))
+                batch = RenderBatch(claim.batch.shape, tuple(
+                    chunk_request(factory, store_for(u.output), r, u)
+                    for r, u in zip(claim.batch.requests, claim.units) if u in todo))
                 rendered = engine.render(batch, should_stop=keeper.should_stop)
         except RenderInterrupted as exc:
             return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted, meter,
@@ -198,78 +196,10 @@ def _adopt_earlier_uploads(settings, factory, claim: Claim, meter: Meter) -> tup
                                              meter.session_id)
             adopted += recorded
             if recorded and unit.chunked:
-                _drop_checkpoints(factory, unit)
+                drop_checkpoints(factory, store_for(unit.output), unit)
         else:
             todo.append(unit)
     return adopted, todo
-
-
-def _chunk_request(factory, request: RenderRequest, unit: ClaimedUnit) -> RenderRequest:
-    """A long video's chunk asks for its latents, draws its own noise (engine.chunks.chunk_seed), and after the
-    first, is tied to the end of the chunk before it (read back from that chunk's checkpoint in the store)."""
-    if not unit.chunked:
-        return request
-    condition = None
-    if unit.chunk > 0:
-        (previous,) = leases.checkpoints(factory, unit.video_id, unit.chunk)[-1:]
-        if previous is None:
-            raise RuntimeError(f"video {unit.key}: chunk {unit.chunk - 1} has no checkpoint")
-        condition = load_latents(store_for(unit.output).get(previous))[:, -unit.chunk_overlap:]
-    return replace(request, seed=chunk_seed(request.seed, unit.chunk), condition=condition, latents_only=True)
-
-
-def checkpoint_key(unit: ClaimedUnit) -> str:
-    """Where a chunk's latents wait for the next chunk and the stitch: beside the run's videos, in a scratch folder,
-    one object per attempt (the lease token), so a retried chunk never conflicts with a lost attempt's object."""
-    return f"_chunks/{unit.run_name}/{unit.key}/{unit.chunk}-{unit.token}.safetensors"
-
-
-def save_latents(latents: torch.Tensor) -> bytes:
-    return safetensors.torch.save({"latents": latents.contiguous()})
-
-
-def load_latents(data: bytes) -> torch.Tensor:
-    return safetensors.torch.load(data)["latents"]
-
-
-def _store_chunk(unit: ClaimedUnit, latents: torch.Tensor) -> str:
-    """A chunk before the last: checkpoint its latents in the store; returns the checkpoint's key."""
-    data = save_latents(latents)
-    key = checkpoint_key(unit)
-    store_for(unit.output).put(key, data, sha256=hashlib.sha256(data).hexdigest(),
-                               content_type="application/octet-stream",
-                               metadata={"run": unit.run_name, "id": unit.key, "chunk": str(unit.chunk)})
-    return key
-
-
-def _stitch_long(factory, engine: Engine, shape: Shape, unit: ClaimedUnit, video: RenderedVideo) -> RenderedVideo:
-    """The last chunk of a long video: its latents after the checkpointed chunks', stitched, decoded, and scored at
-    the seams."""
-    from engine.chunks import ChunkPlan, seam_score, stitch
-
-    store = store_for(unit.output)
-    earlier = [load_latents(store.get(key)) for key in leases.checkpoints(factory, unit.video_id, unit.chunk)]
-    temporal_factor = engine.registry.get(shape.model).temporal_factor
-    chunk_plan = ChunkPlan(unit.frames, shape.frames, unit.chunk_overlap, temporal_factor)
-    decoded = engine.decode(shape.model, stitch([*earlier, video.latents], chunk_plan), video.request)
-    stages = dict(video.stages)
-    stages["decode"] = stages.get("decode", 0.0) + decoded.stages.get("decode", 0.0)
-    seams = seam_score(decoded.frames, chunk_plan.seams()) if decoded.frames is not None else None
-    return replace(decoded, stages=stages, seam_score=seams)
-
-
-def _drop_checkpoints(factory, unit: ClaimedUnit) -> None:
-    """A long video succeeded: its chunk checkpoints are no longer needed, nor those a killed attempt wrote before
-    it could record them (every lease token each chunk has had; deleting a missing key does nothing). Best effort:
-    a leftover is scratch."""
-    store = store_for(unit.output)
-    for chunk, token in leases.chunk_tokens(factory, unit.video_id).items():
-        for attempt in range(1, token + 1):
-            key = checkpoint_key(replace(unit, chunk=chunk, token=attempt))
-            try:
-                store.delete(key)
-            except StoreError as exc:
-                log.warning("could not remove checkpoint %s: %s", key, exc)
 
 
 def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, engine, on_ready,
@@ -311,7 +241,7 @@ def _store_all(settings, factory, claim, todo, rendered, render_share, adopted, 
             if recorded:
                 _count_success(out)
                 if unit.chunked:
-                    _drop_checkpoints(factory, unit)
+                    drop_checkpoints(factory, store_for(unit.output), unit)
     if readied and on_ready is not None:
         on_ready(readied)
     if ok or failed:
@@ -325,10 +255,10 @@ def _store_one(factory, engine, claim: Claim, unit: ClaimedUnit, video: Rendered
     the checkpoint's key), ("retry", an error) or ("lost", None) if its lease was lost. Raises what the store
     raised."""
     if video.error is None and unit.chunked and not unit.last_chunk:
-        return "chunk", _store_chunk(unit, video.latents)
+        return "chunk", store_chunk(store_for(unit.output), unit, video.latents)
     if video.error is None and unit.chunked:
         try:
-            video = _stitch_long(factory, engine, claim.batch.shape, unit, video)
+            video = stitch_long(factory, store_for(unit.output), engine, claim.batch.shape, unit, video)
         except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
             log.warning("stitching %s failed: %s", unit.key, exc)
             return "retry", f"{type(exc).__name__}: {exc}"
