@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,3 +57,10 @@ class RenderedVideo:
     latents: Any = field(default=None, compare=False, repr=False)
     # For a stitched long video: engine.chunks.seam_score of its frames.
     seam_score: float | None = None
+
+
+def stable_seed(*parts: object) -> int:
+    """A seed from `parts` (joined by NUL, sha256, first 8 bytes, top bit cleared): the same on every machine and
+    Python version (no hash()). A video's default seed and a long video's later chunks' seeds are drawn this way."""
+    digest = hashlib.sha256("\0".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)

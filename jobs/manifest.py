@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from engine.models import ModelInfo, Registry
+from engine.types import stable_seed
 from jobs.errors import UsageError
 from jobs.manifest_fields import (
     INVALID, MAX_VIDEOS, RUN_FIELDS, VIDEO_FIELDS, FieldError, Item, Map, Seq, check_model, check_name, check_output,
@@ -83,8 +84,7 @@ class RunSpec:
 
 def derive_seed(run_name: str, video_id: str) -> int:
     """A seed for a video that names none: stable across machines and Python versions (no hash())."""
-    digest = hashlib.sha256(f"{run_name}\0{video_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+    return stable_seed(run_name, video_id)
 
 
 def load_manifest(

@@ -215,7 +215,7 @@ def test_sigkill_mid_batch(farm):
     """
     with Workers(farm.env, farm.cwd) as workers:
         workers.start("solo"), workers.start("prefork")
-        assert farm.submit()["pending"] == VIDEOS
+        assert farm.submit()["pending"] == farm.videos
         victim, held = wait_for("a warm worker holding a batch", lambda: stop_a_holder(farm, workers), 90,
                                 diagnose=workers.tails)
         victim.signal(signal.SIGKILL)
