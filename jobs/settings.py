@@ -48,7 +48,7 @@ class Settings:
     # First retry waits this long; each further retry waits twice as long (capped at 10 minutes).
     retry_backoff_s: float = 10.0
     # Time allowed for a batch of one Wan 480p 81-frame 50-step video; scaled by each batch's work (see
-    # jobs.render.batch_time_limit), never below min_time_limit_s. A batch past its limit is abandoned and retried.
+    # jobs.render.batch.batch_time_limit), never below min_time_limit_s. A batch past its limit is abandoned and retried.
     time_limit_s: float = 1800.0
     min_time_limit_s: float = 60.0
     # The hard limit on one task (a prefork child is killed past it): the longest batch a worker may render.
@@ -72,7 +72,7 @@ class Settings:
     seam_review: float = 2.0
     # Serve Prometheus metrics from each rendering process on this port (a prefork child on port + its index + 1).
     metrics_port: int | None = None
-    # Encode, store and record batch k on a background thread while batch k+1 renders (jobs.render.Finisher).
+    # Encode, store and record batch k on a background thread while batch k+1 renders (jobs.render.batch.Finisher).
     overlap: bool = True
 
     @classmethod
@@ -129,17 +129,17 @@ class Settings:
         return EngineConfig(**{name: getattr(self, name) for name in shared})
 
     def gpu_rate(self):
-        from jobs.ledger import Rate
+        from jobs.cost.ledger import Rate
 
         return Rate(self.gpu_hour_usd, self.gpu_hour_source)
 
     def storage_price(self):
-        from jobs.leases import StoragePrice
+        from jobs.work.leases import StoragePrice
 
         return StoragePrice(self.storage_gb_month_usd, self.retention_months, self.egress_gb_usd, self.storage_source)
 
     def price(self):
-        from jobs.report import Price
+        from jobs.reports.summary import Price
 
         return Price(self.price_per_video_s, self.price_source)
 

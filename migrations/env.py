@@ -1,9 +1,9 @@
-"""Alembic environment: the URL comes from the caller's config (the app's settings), metadata from jobs.models."""
+"""Alembic environment: the URL comes from the caller's config (the app's settings), metadata from jobs.db.rows."""
 
 from alembic import context
 
-from jobs.db import make_engine
-from jobs.models import Base
+from jobs.db.connect import make_engine
+from jobs.db.rows import Base
 
 config = context.config
 

@@ -82,7 +82,7 @@ bench() {  # name, time limit, env assignments...
   # `reelbatch bench --preset wan-1.3b --videos 2 --steps $steps --json`, called as the CLI calls it (the CLI's
   # typer need not be installed on the GPU machine).
   env "$@" timeout "$limit" "$py" -c "import dataclasses, json, sys
-from jobs.bench import PRESETS, run_bench
+from jobs.bench.compare import PRESETS, run_bench
 from jobs.settings import Settings
 preset = dataclasses.replace(PRESETS['wan-1.3b'], steps=int(sys.argv[1]))
 print(json.dumps(run_bench(preset, Settings.from_env(), videos=2).to_dict()))" "$steps" \

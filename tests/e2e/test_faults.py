@@ -28,8 +28,8 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
-from jobs.models import CostRecord, Video, WorkUnit
-from jobs.status import Status
+from jobs.db.rows import CostRecord, Video, WorkUnit
+from jobs.db.status import Status
 from storage.encode import probe_mp4
 from tests import services
 
@@ -37,7 +37,7 @@ from .conftest import Cli
 from .procs import TcpGate, Workers, wait_for
 
 # Short leases so a dead worker's batch comes back within seconds; the sweeper then runs every 1.25 s
-# (jobs.sweeper: lease_s / 4, at least 1 s) and a holder renews every 1.7 s (jobs.render.LeaseKeeper: lease_s / 3).
+# (jobs.work.sweeper: lease_s / 4, at least 1 s) and a holder renews every 1.7 s (jobs.render.batch.LeaseKeeper: lease_s / 3).
 LEASE_S = 5
 VIDEOS = 12
 MAX_BATCH = 3
@@ -86,7 +86,7 @@ class Farm:
 
     def snapshot(self) -> dict:
         """Every row a late write could touch, whole (updated_at included: any ORM update moves it). Leaves out the
-        "lost" charges a sweeper adds when it closes a silent worker's session (jobs.ledger): not the late writer's."""
+        "lost" charges a sweeper adds when it closes a silent worker's session (jobs.cost.ledger): not the late writer's."""
         with self.db.connect() as conn:
             rows = {table.name: [tuple(r) for r in conn.execute(select(table).order_by(table.c.id))]
                     for table in (Video.__table__, WorkUnit.__table__)}
@@ -353,7 +353,7 @@ def test_postgres_restart(tmp_path, cli_env, own_postgres, redis_server, s3_env)
 
 def test_frozen_inside_its_lease_renewal(farm):
     """The freeze above, landed at its worst moment: inside the holder's lease-renewal transaction, which has
-    locked a unit row (SELECT ... FOR UPDATE in jobs.leases._fenced). A VM pause, a debugger, or a network
+    locked a unit row (SELECT ... FOR UPDATE in jobs.work.leases._fenced). A VM pause, a debugger, or a network
     partition of the worker catches a transaction open the same way; the server keeps the row lock for as long as
     the client is away, since nothing ends an idle transaction.
 

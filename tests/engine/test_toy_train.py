@@ -13,7 +13,7 @@ from engine.engine import Engine
 from engine.models import load_registry
 from engine.toy.train import TrainConfig, train
 from engine.types import RenderBatch, RenderRequest, Shape
-from jobs.cli_toy import QUICK
+from jobs.cli.toy import QUICK
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 import pytest
 
 from engine.models import Registry
-from jobs.db import session_factory, upgrade
+from jobs.db.connect import session_factory, upgrade
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

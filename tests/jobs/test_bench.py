@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs.bench import PRESETS, Preset, denoise_gflop, measure_peak_gflops, prompts
-from jobs.bench_ladder import level_videos
+from jobs.bench.compare import PRESETS, Preset, denoise_gflop, measure_peak_gflops, prompts
+from jobs.bench.ladder import level_videos
 
 REPO = Path(__file__).resolve().parents[2]
 

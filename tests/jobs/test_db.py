@@ -6,12 +6,14 @@ import time
 import pytest
 from sqlalchemy import func, inspect, select
 
-from jobs import leases, queries
-from jobs.db import current_and_head, make_engine, session_factory
+from jobs.work import leases
+
+from jobs.db import queries
+from jobs.db.connect import current_and_head, make_engine, session_factory
 from jobs.errors import RunNameTaken, SchemaOutOfDate
-from jobs.manifest import derive_seed, load_manifest
-from jobs.models import CostRecord, Run, Video, WorkUnit
-from jobs.status import IllegalTransition, Status, transition
+from jobs.manifest.load import derive_seed, load_manifest
+from jobs.db.rows import CostRecord, Run, Video, WorkUnit
+from jobs.db.status import IllegalTransition, Status, transition
 
 
 def write_manifest(tmp_path, name="night", priority=0, videos=None, extra=""):
@@ -43,7 +45,7 @@ def test_a_client_paused_inside_executemany_cannot_hold_row_locks(postgres_url, 
     cause of a CI failure in tests/e2e/test_faults.py)."""
     from sqlalchemy import text
 
-    monkeypatch.setattr("jobs.db.IDLE_IN_TRANSACTION_MS", 1000)
+    monkeypatch.setattr("jobs.db.connect.IDLE_IN_TRANSACTION_MS", 1000)
     engine = make_engine(postgres_url)
     with engine.begin() as conn:
         conn.execute(text("CREATE TABLE t (id int PRIMARY KEY, v int)"))

@@ -12,12 +12,13 @@ import pytest
 from sqlalchemy import func, select, update
 
 from engine.engine import Engine
-from jobs import leases, queries
-from jobs.manifest import load_manifest
-from jobs.models import CostRecord, Video, WorkUnit, utcnow
-from jobs.render import render_next_batch
+from jobs.work import leases
+from jobs.db import queries
+from jobs.manifest.load import load_manifest
+from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
+from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
-from jobs.status import Status
+from jobs.db.status import Status
 
 from .test_db import write_manifest
 
@@ -35,8 +36,8 @@ def statuses(factory):
 
 CLAIMER = """
 import json, sys
-from jobs import leases
-from jobs.db import session_factory
+from jobs.work import leases
+from jobs.db.connect import session_factory
 factory = session_factory(sys.argv[1])
 print("ready", flush=True)
 sys.stdin.readline()  # start together, so the claims really race
@@ -202,9 +203,9 @@ def test_a_batch_past_its_time_limit_is_abandoned_and_retried(factory, registry,
 
 
 def test_cancel_stops_a_running_batch_at_a_step_boundary(factory, registry, tmp_path, worker_settings):
-    # 200 steps of 33 frames: seconds of work, past the keeper's once-a-second cancel check (9 frames could finish
-    # on a fast machine before the first check after the cancel).
-    submit(factory, registry, tmp_path, 2, more="    steps: 200\n    duration_s: 4\n")
+    # 200 steps at 256x256: many seconds of work, past the keeper's once-a-second cancel check (the registry's tiny
+    # renders a 9-frame window, and at 64x64 200 steps could finish on a fast machine before that check).
+    submit(factory, registry, tmp_path, 2, more="    steps: 200\n    resolution: 256x256\n")
     engine = Engine(worker_settings.engine_config(), registry)
     engine.pipeline("tiny")
     result = {}

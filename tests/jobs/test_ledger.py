@@ -11,13 +11,14 @@ import pytest
 from sqlalchemy import select
 
 from engine.engine import Engine
-from jobs import ledger, queries
-from jobs.db import session_factory
-from jobs.ledger import Meter, Rate
-from jobs.manifest import load_manifest
-from jobs.models import CostRecord, Video, WorkerSession, utcnow
-from jobs.render import Finisher, render_next_batch
-from jobs.report import report_dict
+from jobs.cost import ledger
+from jobs.db import queries
+from jobs.db.connect import session_factory
+from jobs.cost.ledger import Meter, Rate
+from jobs.manifest.load import load_manifest
+from jobs.db.rows import CostRecord, Video, WorkerSession, utcnow
+from jobs.render.batch import Finisher, render_next_batch
+from jobs.reports.summary import report_dict
 from jobs.settings import Settings
 from storage.stores import StoreUnavailable
 
@@ -53,7 +54,7 @@ def world(tmp_path, db_url, model_cache, registry, monkeypatch):
         return rendered
 
     monkeypatch.setattr(engine, "render", render)
-    import jobs.render as render_module
+    import jobs.render.batch as render_module
 
     real_encode = render_module.encode_mp4
 
@@ -78,7 +79,7 @@ def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch)
     meter = Meter(RATE, factory, "test-worker", clock=clock)
     first = submit("a", 5)
     # The store refuses v1's first upload: that attempt (its render share and its encode) is a "retry" charge.
-    import jobs.render as render_module
+    import jobs.render.batch as render_module
 
     real_store_for = render_module.store_for
     refused = []

@@ -11,13 +11,14 @@ from sqlalchemy import select
 from engine.engine import Engine
 from engine.models import TINY
 from engine.types import RenderRequest, Shape
-from jobs import leases, queries
-from jobs.db import session_factory
-from jobs.manifest import derive_seed, load_manifest
-from jobs.models import CostRecord, Video, WorkUnit
-from jobs.render import render_next_batch
+from jobs.work import leases
+from jobs.db import queries
+from jobs.db.connect import session_factory
+from jobs.manifest.load import derive_seed, load_manifest
+from jobs.db.rows import CostRecord, Video, WorkUnit
+from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
-from jobs.status import Status
+from jobs.db.status import Status
 from storage.encode import decode_frames, probe_mp4
 
 WINDOW = Shape("tiny", 64, 64, TINY.max_frames, 2, 5.0)  # 33 frames

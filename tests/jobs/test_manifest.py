@@ -7,7 +7,7 @@ import os
 import pytest
 
 from engine.models import Registry
-from jobs.manifest import ManifestError, derive_seed, load_manifest
+from jobs.manifest.load import ManifestError, derive_seed, load_manifest
 
 from .manifest_helpers import EXAMPLES, load, one_video, write
 

@@ -4,7 +4,7 @@
 import pytest
 
 from jobs.errors import UsageError
-from jobs.manifest import ManifestError
+from jobs.manifest.load import ManifestError
 
 from .manifest_helpers import expect, load, one_video, write
 

@@ -3,7 +3,7 @@
 
 import pytest
 
-from jobs.manifest import ManifestError
+from jobs.manifest.load import ManifestError
 
 from .manifest_helpers import expect, load, one_video, write
 

@@ -14,7 +14,7 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.models import TOY, load_registry
 from engine.types import RenderBatch, RenderRequest, Shape
-from jobs.quality import TARGETS, round_trip
+from jobs.quality.evaluate import TARGETS, round_trip
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_naming_toy_without_its_weights_says_how_to_train_it():
     """`toy` is registered only while engine/toy/weights holds a model; without it the error says how to make one."""
     from engine.models import TINY, Registry
     from jobs.errors import UsageError
-    from jobs.quality import native_shape
+    from jobs.quality.evaluate import native_shape
 
     with pytest.raises(UsageError) as caught:
         native_shape(Registry({"tiny": TINY}), "toy")

@@ -9,13 +9,14 @@ import pytest
 from sqlalchemy import select
 
 from engine.engine import Engine
-from jobs import leases, queries
-from jobs.db import session_factory
-from jobs.manifest import load_manifest
-from jobs.models import CostRecord, Video, WorkUnit, utcnow
-from jobs.render import Finisher, render_next_batch
+from jobs.work import leases
+from jobs.db import queries
+from jobs.db.connect import session_factory
+from jobs.manifest.load import load_manifest
+from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
+from jobs.render.batch import Finisher, render_next_batch
 from jobs.settings import Settings
-from jobs.status import Status
+from jobs.db.status import Status
 from storage.encode import probe_mp4
 
 
@@ -110,7 +111,7 @@ def test_compile_ahead_warms_the_waiting_shape_so_the_first_batch_compiles_nothi
     compiled code without a new graph (torch._dynamo's own count)."""
     from torch._dynamo.utils import counters
 
-    from jobs.render import warm_up
+    from jobs.render.batch import warm_up
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     settings, factory, _, _ = setup
@@ -130,7 +131,7 @@ def test_a_failed_attempt_is_charged_to_the_video_that_needed_it(setup):
     """The store is unusable for the first attempt (a file sits where the run's folder goes): each video's render
     share is charged as a "retry" cost record; the second attempt succeeds and adds its own record. The report's
     per-video cost and total are the sums of those records, to the micro-dollar."""
-    from jobs.report import report_dict
+    from jobs.reports.summary import report_dict
 
     settings, factory, engine, folder = setup
     settings = dataclasses.replace(settings, retry_backoff_s=0.01)
@@ -166,7 +167,7 @@ def test_a_batch_shows_in_the_prometheus_metrics(setup):
 
     from prometheus_client import REGISTRY
 
-    from jobs import metrics
+    from jobs.work import prometheus as metrics
     from tests.services import free_port
 
     def value(name, **labels):

@@ -12,12 +12,12 @@ import boto3
 import pytest
 from sqlalchemy import func, select
 
-from jobs import queries
-from jobs.db import session_factory
+from jobs.db import queries
+from jobs.db.connect import session_factory
 from jobs.errors import UsageError
-from jobs.manifest import load_manifest
-from jobs.models import Firing, Run, Schedule, Video, utcnow
-from jobs.schedules import (MAX_SCHEDULE_NAME, RESUME_AFTER, add_schedule, due_fire_time, fire_due, list_schedules,
+from jobs.manifest.load import load_manifest
+from jobs.db.rows import Firing, Run, Schedule, Video, utcnow
+from jobs.work.schedules import (MAX_SCHEDULE_NAME, RESUME_AFTER, add_schedule, due_fire_time, fire_due, list_schedules,
                             remove_schedule)
 from jobs.settings import Settings
 
@@ -31,11 +31,11 @@ BAD = "name: ignored\nvideos:\n  - id: a\n    prompt: ok\n    seeed: 3\n  - id: 
 @pytest.fixture(scope="module")
 def celery(tmp_path_factory):
     """A Celery app on a SQLite broker file of this module's own (the tickets are counted there)."""
-    import jobs.celery_app  # first: importing it later would make its own app current again
+    import jobs.work.app  # first: importing it later would make its own app current again
 
     path = tmp_path_factory.mktemp("broker") / "broker.db"
     settings = dataclasses.replace(Settings.from_env({}), broker_url=f"sqla+sqlite:///{path}")
-    return jobs.celery_app.create_app(settings), path
+    return jobs.work.app.create_app(settings), path
 
 
 @pytest.fixture(autouse=True)

@@ -9,11 +9,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from sqlalchemy import func, select, update
 
 from engine.models import Registry
-from jobs import leases, queries
-from jobs.db import session_factory
-from jobs.manifest import load_manifest
-from jobs.models import CostRecord, Run, Video, WorkUnit
-from jobs.status import TRANSITIONS, IllegalTransition, Status, transition
+from jobs.work import leases
+from jobs.db import queries
+from jobs.db.connect import session_factory
+from jobs.manifest.load import load_manifest
+from jobs.db.rows import CostRecord, Run, Video, WorkUnit
+from jobs.db.status import TRANSITIONS, IllegalTransition, Status, transition
 
 
 @given(st.sampled_from(list(Status)), st.sampled_from(list(Status)))

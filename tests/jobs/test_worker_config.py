@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from jobs.celery_app import check_worker_config, create_app
+from jobs.work.app import check_worker_config, create_app
 from jobs.errors import UsageError
 from jobs.settings import Settings
 
@@ -107,7 +107,7 @@ def test_json_log_lines_carry_the_bound_batch():
     import json
     import logging
 
-    from jobs.logs import JsonFormatter, bound
+    from jobs.work.logs import JsonFormatter, bound
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

@@ -1,0 +1,119 @@
+"""`reelbatch bench --quality`: each lossy accelerator against exact mode on a judgeable model, and its gate.
+
+Exact mode is the engine as configured with the lossy accelerators off (its output is what a plain diffusers call
+computes, to the last bits the lossless switches may round). Every setting renders the same fixed sample set
+(jobs.quality.evaluate.sample_set) at the same batch size after a warm-up; the report puts side by side its speedup in render
+seconds, PSNR and SSIM of its frames against exact mode's, and prompt adherence judged from the decoded MP4s. Each
+setting's gate (engine.gates) is recorded under the cache folder: only then may a worker use it.
+
+Speed is timed in alternation (exact, setting, exact, setting) and the faster of each pair of runs kept: on a shared
+machine a one-off timing of a few seconds drifts by 30%, alternation cancels the drift.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+
+from engine import gates
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.metrics import psnr, ssim
+from engine.text_cache import ALL_PARTS, model_identity
+from engine.toy.judge import score
+from jobs.errors import UsageError
+from jobs.quality.evaluate import native_shape, render_cases, round_trip, sample_set
+from jobs.settings import Settings
+
+# Measured on the toy model (docs/PERFORMANCE.md): single accelerators at the strengths that keep its outputs close,
+# and combinations of them.
+CANDIDATES = ("step_cache=0.1", "step_cache=0.2", "step_scale=0.75", "step_scale=0.5", "guidance_fraction=0.75",
+              "step_scale=0.75,step_cache=0.1")
+ATTRIBUTES = ("colour", "shape", "direction", "background", "all_four")
+
+
+@dataclass
+class QualityBench:
+    model: str
+    shape: dict
+    count: int
+    batch: int
+    exact_s: float  # the first timed exact run; each setting's speedup uses the exact runs around its own
+    exact_adherence: dict[str, float]
+    gates: list[gates.Gate] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "shape": self.shape, "count": self.count, "batch": self.batch,
+                "exact": {"seconds": self.exact_s, "adherence": self.exact_adherence},
+                "settings": [g.to_dict() for g in self.gates],
+                "passed": [g.setting for g in self.gates if g.passed]}
+
+
+def lossy_configs(base: EngineConfig, settings: list[str]) -> list[EngineConfig]:
+    """One config per setting; a malformed one is a usage error naming --setting and its value."""
+    configs = []
+    for text in settings:
+        try:
+            config = base.with_lossy(text)
+        except ValueError as exc:
+            raise UsageError(f"--setting {text!r}: {exc}") from None
+        if not config.lossy():
+            raise UsageError(f"--setting {text!r}: turns no lossy accelerator on")
+        configs.append(config)
+    return configs
+
+
+def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, count: int, batch: int,
+                      on_setting: Callable[[str], None] | None = None) -> QualityBench:
+    registry = settings.registry()
+    shape, fps = native_shape(registry, model)
+    base = settings.engine_config().lossless()
+    configs = lossy_configs(base, candidates)
+    cases = sample_set(count)
+    exact_engine = Engine(base, registry)
+    identity = model_identity(exact_engine.model_path(registry.get(model)), ALL_PARTS)
+
+    def timed(engine: Engine) -> tuple[float, list[np.ndarray]]:
+        started = time.perf_counter()
+        videos = render_cases(engine, shape, cases, batch)
+        return time.perf_counter() - started, videos
+
+    def adherence(videos: list[np.ndarray]) -> dict[str, float]:
+        scores = score((case.prompt, round_trip(video, fps)) for case, video in zip(cases, videos))
+        return {name: getattr(scores, name) for name in ATTRIBUTES}
+
+    if on_setting:
+        on_setting("exact")
+    render_cases(exact_engine, shape, cases[:batch], batch)  # warm-up: model loaded, caches filled
+    exact_s, exact_videos = timed(exact_engine)
+    exact_adherence = adherence(exact_videos)
+    exact_times = [exact_s]
+    result = QualityBench(model, {"width": shape.width, "height": shape.height, "frames": shape.frames,
+                                  "steps": shape.steps, "guidance": shape.guidance, "fps": fps},
+                          count, batch, exact_s, exact_adherence)
+    for config in configs:
+        if on_setting:
+            on_setting(config.lossy())
+        engine = Engine(config, registry)
+        engine.gate_checked.add(model)  # measuring is what the gate is for
+        render_cases(engine, shape, cases[:batch], batch)
+        first_s, videos = timed(engine)
+        exact_times.append(timed(exact_engine)[0])
+        seconds = min(first_s, timed(engine)[0])
+        psnrs = [psnr(v, e) for v, e in zip(videos, exact_videos)]
+        ssims = [ssim(v, e) for v, e in zip(videos, exact_videos)]
+        measured = adherence(videos)
+        gate = gates.Gate(
+            model=model, identity=identity, setting=config.lossy(), count=count, batch=batch,
+            speedup=min(exact_times[-2:]) / seconds, psnr_db_min=float(min(psnrs)), psnr_db_mean=float(np.mean(psnrs)),
+            ssim_min=float(min(ssims)), adherence=measured, exact_adherence=exact_adherence,
+            measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            failures=gates.judge(measured, exact_adherence, float(np.mean(psnrs))),
+        )
+        gates.record(settings.cache_dir, gate)
+        result.gates.append(gate)
+    return result

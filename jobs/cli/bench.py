@@ -1,0 +1,200 @@
+"""`reelbatch bench`: baseline (the plain diffusers script) and reelbatch's worker path, side by side, in one process.
+
+jobs.cli.app registers it with `app.command()(bench)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from jobs.bench.compare import PRESETS, STAGES, BenchResult, run_bench
+from jobs.bench.quality import ATTRIBUTES, CANDIDATES, QualityBench, run_quality_bench
+from jobs.cli.console import err, fail, out
+from jobs.errors import ReelbatchError, UsageError
+from jobs.bench.ladder import run_ladder
+from jobs.bench.long import run_long
+from jobs.settings import Settings
+
+
+def bench(
+    preset: Annotated[str, typer.Option("--preset", help=f"One of: {', '.join(PRESETS)}.")] = "cpu",
+    videos: Annotated[Optional[int], typer.Option("--videos", min=1, max=1000,
+                                                  help="Videos per side (default: the preset's).")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", min=1, max=200,
+                                                 help="Denoising steps (default: the preset's).")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")] = False,
+    quality: Annotated[bool, typer.Option(
+        "--quality", help="Measure lossy accelerators against exact mode on a judgeable model and record their "
+                          "quality gates (instead of the side-by-side bench).")] = False,
+    model: Annotated[str, typer.Option("--model", help="With --quality: a model trained on the toy world.")] = "toy",
+    setting: Annotated[Optional[list[str]], typer.Option(
+        "--setting", help="With --quality, repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, "
+                          "step_scale (default: a measured list).")] = None,
+    count: Annotated[int, typer.Option("--count", min=16, max=400, help="With --quality: sample-set size.")] = 80,
+    batch: Annotated[int, typer.Option("--batch", min=1, max=64, help="With --quality: videos per batch.")] = 8,
+    ladder: Annotated[bool, typer.Option(
+        "--ladder", help="Load-test the worker path at each batch size and worker count of the preset: "
+                         "throughput, claim-to-stored P50/P95/P99, peak memory, failure rate.")] = False,
+    batches: Annotated[str, typer.Option("--batches", help="With --ladder: batch sizes.")] = "1,2,4,8,16",
+    workers: Annotated[str, typer.Option("--workers", help="With --ladder: worker process counts.")] = "1,2",
+    long: Annotated[bool, typer.Option(
+        "--long", help="One prompt at 1x and 4x the preset's clip length as the window: chunked (time and peak "
+                       "memory ratios, seam score) and full length.")] = False,
+) -> None:
+    """Render the same videos with the script a user would write from the diffusers docs and with reelbatch's
+    worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
+
+    With --quality: render a fixed sample set in exact mode and with each lossy setting, judge both, and record
+    which settings pass their gate (adherence within 2 points, mean PSNR >= 25 dB); workers use only those."""
+    if quality:
+        _bench_quality(model, setting or list(CANDIDATES), count, batch, json_)
+        return
+    if preset not in PRESETS:
+        err.print(f"--preset: {preset!r} is not a preset (choose from {', '.join(PRESETS)})")
+        raise typer.Exit(2)
+    chosen = PRESETS[preset] if steps is None else dataclasses.replace(PRESETS[preset], steps=steps)
+    if long:
+        _bench_long(chosen, json_)
+        return
+    if ladder:
+        _bench_ladder(chosen, _counts("--batches", batches, 256), _counts("--workers", workers, 64), json_)
+        return
+    total = 2 * (videos or chosen.videos)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=json_) as bar:
+        task = bar.add_task(f"bench {preset}: baseline, then reelbatch", total=total)
+        result = run_bench(chosen, Settings.from_env(), videos=videos, on_video=lambda: bar.advance(task))
+    if json_:
+        out.print_json(json.dumps(result.to_dict()))
+    else:
+        print_bench(result)
+
+
+def _bench_long(preset, json_: bool) -> None:
+    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+                  disable=json_) as bar:
+        bar.add_task(f"bench --long {preset.name}: 1x and 4x, chunked and full length")
+        try:
+            r = run_long(preset, Settings.from_env())
+        except ReelbatchError as exc:
+            fail(exc)
+    if json_:
+        out.print_json(json.dumps(r))
+        return
+    one, many = r["frames"]["1x"], r["frames"]["4x"]
+    out.print(f"[bold]bench --long {r['preset']}[/bold] on {r['device']}: window {r['window_frames']} frames; "
+              f"{one} frames = {r['chunks']['1x']} chunk, {many} frames = {r['chunks']['4x']} chunks", highlight=False)
+    full = r["full_length"]
+    full_text = (f"full length: time x{full['time_ratio']:.2f}, peak memory x{full['peak_memory_ratio']:.2f}"
+                 if "error" not in full else f"full length did not run: {full['error']}")
+    out.print(f"chunked: time x{r['time_ratio']:.2f} for x{r['chunk_ratio']:.0f} chunks "
+              f"({r['time_ratio_over_chunk_ratio']:.2f} of linear), peak memory x{r['peak_memory_ratio']:.2f}, "
+              f"seam score {r['seam_score']:.2f}; {full_text}", highlight=False)
+
+
+def _counts(option: str, raw: str, most: int) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        values = ()
+    if not values or not all(1 <= v <= most for v in values):
+        fail(UsageError(f"{option}: expected comma-separated whole numbers from 1 to {most}, got {raw!r}"))
+    return values
+
+
+def _bench_ladder(preset, batches: tuple[int, ...], workers: tuple[int, ...], json_: bool) -> None:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=json_) as bar:
+        task = bar.add_task("ladder", total=len(batches) * len(workers))
+
+        started = []
+
+        def on_level(w: int, b: int) -> None:  # called as each level starts: the ones before it are done
+            bar.update(task, description=f"ladder {preset.name}: {w} worker(s) x batch {b}", completed=len(started))
+            started.append((w, b))
+
+        try:
+            result = run_ladder(preset, Settings.from_env(), batches=batches, workers=workers, on_level=on_level)
+        except ReelbatchError as exc:
+            fail(exc)
+    if json_:
+        out.print_json(json.dumps(result.to_dict()))
+        return
+    s = result.shape
+    out.print(f"[bold]bench --ladder {result.preset}[/bold] on {result.device}: {s['width']}x{s['height']}, "
+              f"{s['frames']} frames, {s['steps']} steps; claim to stored object, per video", highlight=False)
+    table = Table("workers", "batch", "videos", "vid/h", "P50 s", "P95 s", "P99 s", "peak RSS MB", "device MB",
+                  "failed", box=None)
+    for lv in result.levels:
+        table.add_row(str(lv.workers), str(lv.batch), str(lv.videos), f"{lv.videos_per_hour:.0f}",
+                      f"{lv.latency_s['p50']:.2f}", f"{lv.latency_s['p95']:.2f}", f"{lv.latency_s['p99']:.2f}",
+                      f"{lv.peak_rss_mb:.0f}", "" if lv.peak_device_mb is None else f"{lv.peak_device_mb:.0f}",
+                      f"{lv.failure_rate:.1%}")
+    out.print(table)
+    best = result.steady()
+    out.print(f"steady state: {best.videos_per_hour:.0f} videos/hour at {best.workers} worker(s) x batch "
+              f"{best.batch}", highlight=False)
+
+
+def _bench_quality(model: str, candidates: list[str], count: int, batch: int, json_: bool) -> None:
+    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+                  disable=json_) as bar:
+        task = bar.add_task("bench --quality")
+        try:
+            result = run_quality_bench(Settings.from_env(), model, candidates, count=count, batch=batch,
+                                       on_setting=lambda name: bar.update(task, description=f"rendering {name}"))
+        except ReelbatchError as exc:
+            fail(exc)
+    if json_:
+        out.print_json(json.dumps(result.to_dict()))
+    else:
+        print_quality_bench(result)
+
+
+def print_quality_bench(r: QualityBench) -> None:
+    s = r.shape
+    out.print(f"[bold]bench --quality[/bold] {r.model}: {r.count} videos of {s['width']}x{s['height']}, "
+              f"{s['frames']} frames, {s['steps']} steps, guidance {s['guidance']:g}, batches of {r.batch}; exact "
+              f"mode {r.exact_s:.2f} s", highlight=False)
+    # Adherence in percent, per attribute: colour, shape, direction, background, all four.
+    table = Table("setting", "speed", "PSNR mean/min", "SSIM", "col", "shp", "dir", "bg", "all", "gate", box=None)
+    pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
+    table.add_row("exact", "1.00x", "", "", *(pct(r.exact_adherence[a]) for a in ATTRIBUTES), "")
+    for g in r.gates:
+        table.add_row(g.setting.replace(",", ", "), f"{g.speedup:.2f}x", f"{g.psnr_db_mean:.1f}/{g.psnr_db_min:.1f}", f"{g.ssim_min:.2f}",
+                      *(pct(g.adherence[a]) for a in ATTRIBUTES), "pass" if g.passed else "FAIL")
+    out.print(table)
+    for g in r.gates:
+        if not g.passed:
+            out.print(f"{g.setting}: {'; '.join(g.failures)}", highlight=False)
+    out.print("recorded; a worker may use: " + (", ".join(g.setting for g in r.gates if g.passed) or "none"),
+              highlight=False)
+
+
+def print_bench(r: BenchResult) -> None:
+    b, e = r.baseline, r.engine
+    out.print(f"[bold]bench {r.preset}[/bold] on {r.device} ({r.dtype}): {r.shape['videos']} videos of "
+              f"{r.shape['width']}x{r.shape['height']}, {r.shape['frames']} frames, {r.shape['steps']} steps, "
+              f"guidance {r.shape['guidance']:g}")
+    table = Table("", "baseline", "reelbatch", "ratio")
+    table.add_row("videos/hour", f"{b.videos_per_hour:.1f}", f"{e.videos_per_hour:.1f}", f"{r.speedup:.2f}x")
+    table.add_row("wall s", f"{b.wall_s:.2f}", f"{e.wall_s:.2f}", _ratio(b.wall_s, e.wall_s))
+    for stage in (*STAGES, "other"):
+        x, y = b.stages.get(stage, 0.0), e.stages.get(stage, 0.0)
+        table.add_row(f"  {stage} s", f"{x:.2f}", f"{y:.2f}", _ratio(x, y))
+    table.add_row("wall / compute", f"{b.wall_s / b.compute_s:.3f}", f"{e.wall_s / e.compute_s:.3f}", "")
+    table.add_row("denoise MFU", f"{r.baseline_denoise_mfu:.2f}", f"{r.denoise_mfu:.2f}", "")
+    out.print(table)
+    out.print(f"denoise {r.denoise_gflop:.1f} GFLOP per video; matmul peak {r.peak_gflops:.1f} GFLOP/s, so at least "
+              f"{r.denoise_floor_s:.2f} s of denoising per video; "
+              f"min PSNR reelbatch vs baseline {r.min_psnr_db:.1f} dB (100 = identical)")
+
+
+def _ratio(baseline: float, engine: float) -> str:
+    return f"{baseline / engine:.2f}x" if engine > 0 else ""

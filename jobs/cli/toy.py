@@ -1,0 +1,98 @@
+"""`reelbatch toy train` and `reelbatch toy sheet`: the toy model's training run and a picture of its output.
+
+jobs.cli.app registers them with `app.add_typer(toy_app, name="toy")`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from jobs.cli.console import fail, out
+from jobs.errors import ReelbatchError, UsageError
+from jobs.settings import Settings
+
+toy_app = typer.Typer(help="The toy model: trained here on a procedural world, so its videos can be judged.",
+                      no_args_is_help=True)
+
+# A one-minute run for tests and for trying the command: every stage, a few steps each.
+QUICK = dict(vae_steps=24, decoder_steps=6, latent_clips=64, steps=30, continuation_steps=6, continuation_clips=32,
+             warmup=5, log_every=3, checkpoint_every=10)
+
+
+@toy_app.command("train")
+def train(
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the trained diffusers folder goes; "
+                                          "engine/toy/weights replaces the built-in model.")] = Path("toy-model"),
+    work: Annotated[Path, typer.Option("--work", help="Checkpoints and the loss log; rerun with the same folder to "
+                                       "resume a killed run.")] = Path(".toy-train"),
+    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage).")] = False,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Default: the committed model's seed.")] = None,
+    evaluate: Annotated[bool, typer.Option(help="Judge the result and write references and the model card.")] = True,
+) -> None:
+    """Train the toy model on CPU: the VAE, then its decoder alone, then the transformer; about an hour on 2
+    cores. Writes the diffusers folder, quality references and a model card (README.md) to --out."""
+    import torch
+
+    from engine.toy.train import TrainConfig
+    from engine.toy.train import train as run_training
+
+    config = TrainConfig(**QUICK) if quick else TrainConfig()
+    if seed is not None:
+        config = dataclasses.replace(config, seed=seed)
+
+    def show(record: dict) -> None:
+        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
+                 if k not in ("stage", "step", "of")]
+        out.print(f"{record['stage']} {record['step']}/{record['of']}: {', '.join(parts)}", highlight=False)
+
+    try:
+        progress = run_training(config, work, out_dir, on_log=show)
+    except ValueError as exc:
+        fail(UsageError(str(exc)))
+    out.print(f"trained in {sum(progress.seconds.values()) / 60:.1f} min of stage time; saved to {out_dir}")
+    if not evaluate:
+        return
+    from jobs.quality.card import evaluate_toy, write_card
+
+    evaluation_started = time.monotonic()
+    try:
+        results = evaluate_toy(Settings.from_env(), out_dir)
+    except ReelbatchError as exc:
+        fail(exc)
+    write_card(out_dir / "README.md", config=config, progress=progress, results=results,
+               machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+                       f"{torch.__version__}, {torch.get_num_threads()} threads",
+               evaluation_s=time.monotonic() - evaluation_started)
+    out.print(f"model card: {out_dir / 'README.md'}; judged adherence {results.quality.adherence}")
+
+
+@toy_app.command("sheet")
+def sheet(
+    png: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("toy-sheet.png"),
+    model: Annotated[str, typer.Option("--model", help="A registered model trained on the toy world.")] = "toy",
+    steps: Annotated[Optional[int], typer.Option("--steps", min=1, max=200, help="Default: the model's.")] = None,
+    scale: Annotated[int, typer.Option("--scale", min=1, max=8, help="Pixels per frame pixel.")] = 2,
+    prompt: Annotated[Optional[list[str]], typer.Option("--prompt", help="A prompt per row; repeatable. Default: "
+                                                        "8 rows covering every colour, shape, direction and "
+                                                        "background.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the first row; each next row adds 1.")] = 1,
+) -> None:
+    """A contact sheet: one row per video, every frame left to right, each labelled with its prompt, as decoded
+    from the MP4 a worker would store."""
+    from jobs.quality.sheet import contact_sheet, default_prompts
+
+    try:
+        settings = Settings.from_env()
+        rows = contact_sheet(settings, model, prompt or default_prompts(), seed=seed, steps=steps, scale=scale)
+        png.parent.mkdir(parents=True, exist_ok=True)
+        rows.save(png)
+    except ReelbatchError as exc:
+        fail(exc)
+    out.print(f"wrote {png} ({rows.width}x{rows.height})", highlight=False)

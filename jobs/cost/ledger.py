@@ -1,0 +1,258 @@
+"""The cost ledger: every second a worker process is up, charged to a video or counted idle.
+
+A worker process opens a session (a `worker_sessions` row) when it starts and closes it when it stops; its heartbeat
+(the sweeper's interval) records how long it has been up on its own monotonic clock. Its seconds split three ways:
+
+- rendering: the main thread's batch renders, split across the batch's videos by their share of the work;
+- storing: encode and upload seconds that no render covered. With the finisher, batch k is stored while batch k+1
+  renders; the seconds that overlap a render are already paid for by that render, so charging them again would make
+  the worker's hour longer than an hour. What no render covered (the last batch, a wait for a slow store) is
+  charged to the stored videos. This is `Meter.uncovered`;
+- idle: the rest (loading the model, waiting for work), kept on the session, and spread by reports over the
+  successful videos of the runs the session served.
+
+Charges are cost records in micro-dollars at the session's rate, so for every closed session the charged amounts
+plus its idle amount equal its up time x its rate, to rounding (half a micro-dollar per record). A session whose
+heartbeats stop (a killed or frozen worker) is closed by another worker's sweeper: the batch it had in flight is
+charged to those videos (kind "lost", like a retry), and its up time ends at its last heartbeat.
+
+A worker whose lease was lost writes nothing, cost records included (another worker holds the video now): the seconds
+of that attempt stay on its session as idle, or, if its session was closed as lost, were charged as above. Known
+limit: a worker presumed lost (no heartbeat for three leases, e.g. a database outage that long) that comes back and
+still holds its leases has that batch charged twice, once as "lost" and once by its own record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select
+
+from jobs.db.rows import CostRecord, Video, WorkerSession, utcnow
+from jobs.db.queries import Factory
+from jobs.db.status import Status
+
+
+@dataclass(frozen=True)
+class Rate:
+    usd_per_hour: float
+    source: str
+
+    def micro_usd(self, seconds: float) -> int:
+        return round(seconds * self.usd_per_hour / 3600 * 1e6)
+
+
+def charge(video_id: int, kind: str, seconds: float, rate: Rate, session_id: int | None) -> CostRecord:
+    return CostRecord(video_id=video_id, kind=kind, seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,
+                      rate_source=rate.source, amount_micro_usd=rate.micro_usd(seconds), session_id=session_id)
+
+
+class Span:
+    """The seconds of one `Meter.busy` or `Meter.uncovered` block, readable once the block has ended."""
+
+    seconds: float = 0.0
+
+
+class Meter:
+    """One process's clock of paid time, and its session row (none without a `factory`: benches, tests).
+
+    `busy()` marks the main thread rendering; `uncovered()` measures background work (storing) net of the renders it
+    overlapped. The clock is injectable so a test can drive it.
+    """
+
+    def __init__(self, rate: Rate, factory: Factory | None = None, owner: str = "",
+                 clock: Callable[[], float] = time.monotonic):
+        self.rate, self.factory, self.owner, self.clock = rate, factory, owner, clock
+        self.session_id: int | None = None
+        self._lock = threading.Lock()
+        self._busy_total = 0.0
+        # The render in progress: its videos and its start on the clock (None while the main thread is not busy).
+        self._in_flight: tuple[tuple[int, ...], float] | None = None
+        self._started = clock()
+        self._closed = False
+
+    # ---- the session row -------------------------------------------------------------------------------------------
+
+    def open(self) -> int | None:
+        """Start this process's session (its up time counts from here). Returns its id."""
+        if self.factory is None:
+            return None
+        self._started = self.clock()
+        with self.factory.begin() as s:
+            row = WorkerSession(owner=self.owner, up_s=0.0, rate_usd_per_hour=self.rate.usd_per_hour,
+                                rate_source=self.rate.source)
+            s.add(row)
+            s.flush()
+            self.session_id = row.id
+        return self.session_id
+
+    def up_s(self) -> float:
+        return self.clock() - self._started
+
+    def heartbeat(self) -> None:
+        """Record the up time and the batch in flight. A session closed by a sweeper (this process was taken for
+        dead) is not written again: a new one starts, so no second is counted twice. Opens the session if opening
+        it failed before (the database was away)."""
+        if self.factory is None or self._closed:
+            return
+        if self.session_id is None:
+            self.open()
+            return
+        with self._lock:
+            in_flight = self._in_flight
+        with self.factory.begin() as s:
+            row = s.get(WorkerSession, self.session_id, with_for_update=True)
+            if row is None or row.ended_at is not None:
+                reopen = True
+            else:
+                reopen = False
+                row.up_s, row.last_seen_at = self.up_s(), utcnow()
+                row.in_flight_videos = ",".join(map(str, in_flight[0])) if in_flight else None
+                row.in_flight_since_s = max(0.0, in_flight[1] - self._started) if in_flight else None
+        if reopen:
+            self.open()
+
+    def close(self) -> None:
+        self._closed = True
+        if self.session_id is None:
+            return
+        with self.factory.begin() as s:
+            row = s.get(WorkerSession, self.session_id, with_for_update=True)
+            if row is not None and row.ended_at is None:
+                row.up_s, row.last_seen_at, row.ended_at, row.end_reason = self.up_s(), utcnow(), utcnow(), "stopped"
+                row.in_flight_videos = row.in_flight_since_s = None
+        self.session_id = None
+
+    # ---- measuring ---------------------------------------------------------------------------------------------------
+
+    def _busy_now(self, now: float) -> float:
+        return self._busy_total + (now - self._in_flight[1] if self._in_flight is not None else 0.0)
+
+    @contextmanager
+    def busy(self, video_ids: Iterable[int] = ()) -> Iterator[Span]:
+        """The main thread renders these videos: its seconds are theirs. Not reentrant (one render at a time)."""
+        span = Span()
+        with self._lock:
+            start = self.clock()
+            self._in_flight = (tuple(video_ids), start)
+        try:
+            yield span
+        finally:
+            with self._lock:
+                end = self.clock()
+                self._busy_total += end - start
+                self._in_flight = None
+            span.seconds = end - start
+
+    @contextmanager
+    def uncovered(self) -> Iterator[Span]:
+        """Background work (storing a batch): its seconds minus those a render (`busy`) covered meanwhile."""
+        span = Span()
+        with self._lock:
+            start = self.clock()
+            busy_start = self._busy_now(start)
+        try:
+            yield span
+        finally:
+            with self._lock:
+                end = self.clock()
+                covered = self._busy_now(end) - busy_start
+            span.seconds = max(0.0, (end - start) - covered)
+
+
+# ---- closing lost sessions, and the ledger ---------------------------------------------------------------------------
+
+
+def close_lost_sessions(factory: Factory, stale_after_s: float, now: datetime | None = None) -> int:
+    """Close sessions whose heartbeats stopped `stale_after_s` ago: the batch each had in flight is charged to its
+    videos (kind "lost"), and its up time ends at its last heartbeat. Returns how many were closed."""
+    now = now or utcnow()
+    closed = 0
+    with factory.begin() as s:
+        stale = s.scalars(select(WorkerSession).where(
+            WorkerSession.ended_at.is_(None),
+            WorkerSession.last_seen_at < now - timedelta(seconds=stale_after_s)).with_for_update(skip_locked=True))
+        for row in stale:
+            rate = Rate(row.rate_usd_per_hour, row.rate_source)
+            ids = [int(x) for x in (row.in_flight_videos or "").split(",") if x]
+            if ids and row.in_flight_since_s is not None and row.up_s > row.in_flight_since_s:
+                share = (row.up_s - row.in_flight_since_s) / len(ids)
+                existing = set(s.scalars(select(Video.id).where(Video.id.in_(ids))))
+                s.add_all(charge(i, "lost", share, rate, row.id) for i in ids if i in existing)
+            row.ended_at, row.end_reason = now, "lost"
+            closed += 1
+    return closed
+
+
+@dataclass(frozen=True)
+class SessionLedger:
+    id: int
+    owner: str
+    state: str  # "open", "stopped" or "lost"
+    up_s: float
+    charged_s: float
+    idle_s: float
+    rate_usd_per_hour: float
+    rate_source: str
+    total_micro_usd: int  # up_s at the rate
+    charged_micro_usd: int  # the cost records behind it
+    idle_micro_usd: int
+    runs: dict[int, int]  # run id -> successful videos of it this session worked on
+
+
+def sessions(factory: Factory, session_ids: Iterable[int] | None = None) -> list[SessionLedger]:
+    """Each session's up time split into charged and idle seconds and money, and the runs it served."""
+    with factory() as s:
+        query = select(WorkerSession).order_by(WorkerSession.id)
+        if session_ids is not None:
+            query = query.where(WorkerSession.id.in_(list(session_ids)))
+        rows = list(s.scalars(query))
+        ids = [r.id for r in rows]
+        # float/int: PostgreSQL sums a BIGINT column as NUMERIC (a Decimal).
+        charged = {sid: (float(secs or 0.0), int(micro or 0)) for sid, secs, micro in s.execute(
+            select(CostRecord.session_id, func.sum(CostRecord.seconds), func.sum(CostRecord.amount_micro_usd))
+            .where(CostRecord.session_id.in_(ids)).group_by(CostRecord.session_id))}
+        served: dict[int, dict[int, int]] = {}
+        for sid, run_id, n in s.execute(
+                select(CostRecord.session_id, Video.run_id, func.count(func.distinct(Video.id)))
+                .join(Video, Video.id == CostRecord.video_id)
+                .where(CostRecord.session_id.in_(ids), Video.status == Status.SUCCEEDED)
+                .group_by(CostRecord.session_id, Video.run_id)):
+            served.setdefault(sid, {})[run_id] = n
+    out = []
+    for r in rows:
+        rate = Rate(r.rate_usd_per_hour, r.rate_source)
+        secs, micro = charged.get(r.id, (0.0, 0))
+        idle = max(0.0, r.up_s - secs)
+        state = "open" if r.ended_at is None else (r.end_reason or "stopped")
+        out.append(SessionLedger(r.id, r.owner, state, r.up_s, secs, idle, r.rate_usd_per_hour, r.rate_source,
+                                 rate.micro_usd(r.up_s), micro, rate.micro_usd(idle), served.get(r.id, {})))
+    return out
+
+
+def run_ledger(factory: Factory, run_id: int) -> dict:
+    """A run's charges by kind, and its share of its sessions' idle time: each session's idle money, split over the
+    successful videos of all the runs it served, in proportion to this run's."""
+    with factory() as s:
+        by_kind = dict(s.execute(select(CostRecord.kind, func.sum(CostRecord.amount_micro_usd))
+                                 .join(Video, Video.id == CostRecord.video_id).where(Video.run_id == run_id)
+                                 .group_by(CostRecord.kind)).all())
+        ids = list(s.scalars(select(func.distinct(CostRecord.session_id)).join(Video, Video.id == CostRecord.video_id)
+                             .where(Video.run_id == run_id, CostRecord.session_id.is_not(None))))
+    micro = seconds = up = charged = 0.0
+    for ledger in sessions(factory, ids):
+        up, charged = up + ledger.up_s, charged + ledger.charged_s
+        served = sum(ledger.runs.values())
+        mine = ledger.runs.get(run_id, 0)
+        if served and mine:
+            micro += ledger.idle_micro_usd * mine / served
+            seconds += ledger.idle_s * mine / served
+    return {"idle_usd": micro / 1e6, "idle_s": seconds, "sessions": len(ids),
+            # The utilisation of the workers that served the run (over all they did): charged over up seconds.
+            "utilisation": charged / up if up > 0 else None,
+            "by_kind_usd": {kind: int(m or 0) / 1e6 for kind, m in sorted(by_kind.items())}}

@@ -1,0 +1,113 @@
+"""Database connections and schema upgrades.
+
+SQLite (the embedded default): WAL so readers never block the writer, a busy timeout, foreign keys on, and every
+transaction begun IMMEDIATE so a claim takes the write lock up front (a deferred transaction that upgrades to a write
+can fail with SQLITE_BUSY despite the timeout). PostgreSQL: plain pooled connections; claims use SKIP LOCKED.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from jobs.errors import SchemaOutOfDate
+
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+IDLE_IN_TRANSACTION_MS = 30_000
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        # Our transactions last milliseconds. A worker frozen (SIGSTOP, a swap storm, a VM pause) inside one would
+        # hold its row locks for ever, and SKIP LOCKED would hide its expired lease from every reaper: the server
+        # ends such a session after this long, releasing the locks.
+        return create_engine(url, pool_pre_ping=True, connect_args={
+            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
+            "cursor_factory": _unpipelined_cursor()})
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _unpipelined_cursor():
+    """A psycopg cursor whose executemany sends one statement at a time, each ending in a Sync.
+
+    psycopg runs executemany in pipeline mode: Bind/Execute for each row, one Sync at the end. A client frozen between
+    those (the ORM flushes a claimed batch's rows with executemany) leaves its server session "active", reading from
+    the client, not "idle in transaction", so the timeout above never ends it and its row locks stay for ever
+    (tests/jobs/test_db.py shows it). Statement by statement, every pause inside a transaction is idle.
+    """
+    import psycopg
+
+    class UnpipelinedCursor(psycopg.Cursor):
+        def executemany(self, query, params_seq, *, returning: bool = False) -> None:
+            with self._conn.lock:
+                self._conn.wait(self._executemany_gen_no_pipeline(query, params_seq, returning))
+
+    return UnpipelinedCursor
+
+
+def alembic_config(url: str):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def current_and_head(engine: Engine) -> tuple[str | None, str]:
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config(engine.url.render_as_string(False))).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    return current, head
+
+
+@lru_cache(maxsize=8)
+def session_factory(url: str) -> sessionmaker[Session]:
+    """Sessions for `url`, with the schema checked once per process.
+
+    The SQLite default upgrades itself on first use (zero setup); other databases must be upgraded by the operator
+    with `reelbatch db upgrade`, so a worker never changes a shared schema behind the operator's back.
+    """
+    engine = make_engine(url)
+    current, head = current_and_head(engine)
+    if current != head:
+        if engine.url.get_backend_name() == "sqlite":
+            upgrade(url)
+        else:
+            raise SchemaOutOfDate(
+                f"database schema is at {current or 'nothing'}, code expects {head}: run `reelbatch db upgrade`"
+            )
+    return sessionmaker(engine, expire_on_commit=False)

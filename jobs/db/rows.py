@@ -1,0 +1,200 @@
+"""Database rows (SQLAlchemy 2.0 typed models). Rows stay in jobs/; other packages get plain values."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, MetaData, String,
+                        Text, UniqueConstraint, false, true)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from jobs.db.status import Status
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Timestamps:
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+StatusColumn = Enum(Status, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e],
+                    validate_strings=True, name="status")
+
+
+class Run(Timestamps, Base):
+    __tablename__ = "runs"
+
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    model: Mapped[str] = mapped_column(String(128))
+    # The URI prefix videos are stored under: `{output}{name}/{video id}.mp4`.
+    output: Mapped[str] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    source: Mapped[str] = mapped_column(Text)
+    # Hash of the validated content: submitting the same content again returns this run.
+    content_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    # Set by `reelbatch cancel`: running batches stop at their next step boundary.
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    videos: Mapped[list[Video]] = relationship(back_populates="run", lazy="raise", order_by="Video.id")
+
+
+class Video(Timestamps, Base):
+    __tablename__ = "videos"
+    __table_args__ = (UniqueConstraint("run_id", "key"),)
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    key: Mapped[str] = mapped_column(String(128))  # the manifest's video id
+    line: Mapped[int] = mapped_column(Integer)
+    prompt: Mapped[str] = mapped_column(Text)
+    negative_prompt: Mapped[str | None] = mapped_column(Text)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    frames: Mapped[int] = mapped_column(Integer)
+    fps: Mapped[int] = mapped_column(Integer)
+    duration_s: Mapped[float] = mapped_column(Float)
+    steps: Mapped[int] = mapped_column(Integer)
+    guidance: Mapped[float] = mapped_column(Float)
+
+    status: Mapped[Status] = mapped_column(StatusColumn, default=Status.PENDING, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    render_s: Mapped[float | None] = mapped_column(Float)  # the video's share of its batch's render
+    # Its share of each render stage (the three add up to about render_s), for stage breakdowns and benchmarks.
+    text_s: Mapped[float | None] = mapped_column(Float)
+    denoise_s: Mapped[float | None] = mapped_column(Float)
+    decode_s: Mapped[float | None] = mapped_column(Float)
+    encode_s: Mapped[float | None] = mapped_column(Float)
+    upload_s: Mapped[float | None] = mapped_column(Float)
+    uri: Mapped[str | None] = mapped_column(Text)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    sha256: Mapped[str | None] = mapped_column(String(64))
+    # Written (fenced) just before an upload: if the worker dies after the upload but before recording it, the retry
+    # finds this checksum on the object at the video's key and adopts that object instead of failing on a conflict.
+    upload_sha256: Mapped[str | None] = mapped_column(String(64))
+    # A long video is rendered as `chunks` window-sized work units sharing `chunk_overlap` latent frames
+    # (engine.chunks); its seam score is stored once stitched, and a score above the review threshold flags it.
+    chunks: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    chunk_overlap: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    seam_score: Mapped[float | None] = mapped_column(Float)
+    needs_review: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+    run: Mapped[Run] = relationship(back_populates="videos", lazy="raise")
+    units: Mapped[list[WorkUnit]] = relationship(back_populates="video", lazy="raise")
+    costs: Mapped[list[CostRecord]] = relationship(back_populates="video", lazy="raise")
+
+
+class WorkUnit(Timestamps, Base):
+    """A claimable piece of rendering: a whole video, or one chunk of a long one (then `frames` is the model's
+    window). Chunk k+1 becomes `ready` (claimable) when chunk k has finished and left its latents at `checkpoint`."""
+
+    __tablename__ = "work_units"
+    __table_args__ = (
+        UniqueConstraint("video_id", "chunk"),
+        # The claim query: pending units of the best shape, by rank.
+        Index("ix_work_units_claim", "status", "rank"),
+    )
+
+    video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
+    chunk: Mapped[int] = mapped_column(Integer, default=0)
+    frames: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    ready: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    checkpoint: Mapped[str | None] = mapped_column(Text)
+    shape_key: Mapped[str] = mapped_column(String(255), index=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    # Claim order, highest first: priority x AGING_S minus submission time (jobs.db.queries.unit_rank), so a
+    # higher priority wins but waiting work gains a level every AGING_S seconds and is never starved.
+    rank: Mapped[int] = mapped_column(BigInteger, default=0)
+    status: Mapped[Status] = mapped_column(StatusColumn, default=Status.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Backoff: a retried unit is not claimed before this time.
+    not_before: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # After a batch failed, its units are retried one per batch so one bad video cannot fail its neighbours.
+    solo: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    last_error: Mapped[str | None] = mapped_column(Text)
+    # A claim is a lease: who holds it, until when, and a token that grows with every claim (fencing).
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_token: Mapped[int] = mapped_column(BigInteger, default=0)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    video: Mapped[Video] = relationship(back_populates="units", lazy="raise")
+
+
+class WorkerSession(Timestamps, Base):
+    """One worker process's paid time, from its start to its stop (jobs.cost.ledger). Its seconds are either charged to
+    videos (cost records carrying this session's id) or idle: `up_s` minus the charged seconds. `in_flight_*` name the
+    batch it is rendering, so a session that stops heartbeating (a killed worker) has that time charged to the videos
+    that needed it (kind "lost") when another worker's sweeper closes it."""
+
+    __tablename__ = "worker_sessions"
+
+    owner: Mapped[str] = mapped_column(String(255))  # host:pid, as in leases
+    up_s: Mapped[float] = mapped_column(Float, default=0.0)  # seconds up at the last heartbeat (the worker's clock)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # "stopped" (the worker closed it) or "lost" (a sweeper closed it after its heartbeats stopped).
+    end_reason: Mapped[str | None] = mapped_column(String(16))
+    rate_usd_per_hour: Mapped[float] = mapped_column(Float)
+    rate_source: Mapped[str] = mapped_column(Text)
+    in_flight_videos: Mapped[str | None] = mapped_column(Text)  # comma-separated video ids
+    in_flight_since_s: Mapped[float | None] = mapped_column(Float)  # on the session's clock, like up_s
+
+
+class CostRecord(Timestamps, Base):
+    """One charge against one video: "gpu" (its share of a batch's render, plus storing time no render covered),
+    "retry" (a failed attempt's), "lost" (a killed worker's attempt), "storage" and "egress". The worker seconds
+    behind a charge name their session; idle time stays on the session (jobs.cost.ledger)."""
+
+    __tablename__ = "cost_records"
+
+    video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
+    session_id: Mapped[int | None] = mapped_column(ForeignKey("worker_sessions.id", ondelete="SET NULL"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    seconds: Mapped[float] = mapped_column(Float)
+    rate_usd_per_hour: Mapped[float] = mapped_column(Float)
+    rate_source: Mapped[str] = mapped_column(Text)
+    # Money as integer micro-dollars: exact sums, no float drift, no Decimal warnings on SQLite.
+    amount_micro_usd: Mapped[int] = mapped_column(BigInteger)
+
+    video: Mapped[Video] = relationship(back_populates="costs", lazy="raise")
+
+
+class Schedule(Timestamps, Base):
+    """A manifest rendered on a cron schedule by `reelbatch beat`."""
+
+    __tablename__ = "schedules"
+
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    manifest: Mapped[str] = mapped_column(Text)  # a path or an s3:// URI, read at each firing
+    cron: Mapped[str] = mapped_column(String(128))
+
+
+class Firing(Timestamps, Base):
+    """One firing of a schedule. The unique (schedule, fire time) makes a second beat's firing a no-op."""
+
+    __tablename__ = "schedule_firings"
+    __table_args__ = (UniqueConstraint("schedule_id", "fire_time"),)
+
+    schedule_id: Mapped[int] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"), index=True)
+    fire_time: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ok: Mapped[bool] = mapped_column(Boolean)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    errors: Mapped[str | None] = mapped_column(Text)

@@ -1,0 +1,389 @@
+"""The user's contract: a manifest file (YAML or JSONL) read into frozen specs, or one ManifestError listing every
+problem with its file, line, field and value. Nothing is returned until the whole file has been checked.
+
+Reading (bytes to text, YAML and JSON lines to values with lines) lives in jobs.manifest.read; field rules live in
+jobs.manifest.fields. This module assembles and checks the run and its videos.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from engine.models import ModelInfo, Registry
+from engine.types import stable_seed
+from jobs.errors import UsageError
+from jobs.manifest.fields import (
+    INVALID, MAX_VIDEOS, RUN_FIELDS, VIDEO_FIELDS, FieldError, Item, Map, Seq, check_model, check_name, check_output,
+    check_output_allowed, check_priority, output_key, plan_frames, shown, video_checks,
+)
+from jobs.manifest.read import load_jsonl, load_yaml, read_text, yaml_scalar
+
+
+@dataclass(frozen=True)
+class ManifestIssue:
+    """One problem. `line` is 1-based; 0 means the file as a whole or a keyword argument (`--set`, `--model`)."""
+
+    file: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.field}: {self.message}"
+
+
+class ManifestError(UsageError):
+    """Every problem found in one manifest, in line order; str() is one issue a line."""
+
+    def __init__(self, issues: Sequence[ManifestIssue]):
+        self.issues = list(issues)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "\n".join(map(str, self.issues))
+
+
+@dataclass(frozen=True)
+class VideoSpec:
+    id: str  # NFC-normalised
+    line: int
+    prompt: str
+    negative_prompt: str | None
+    seed: int | None  # None: derive_seed(run name, id) when the run is recorded
+    width: int
+    height: int
+    frames: int  # what the model renders: nearest to duration x fps on its 4k+1 grid
+    fps: int
+    duration_s: float  # frames / fps, the length of the video actually made
+    steps: int
+    guidance: float
+    requested_duration_s: float
+    # Beyond the model's window: rendered as `chunks` units of `window` frames sharing `chunk_overlap` latents.
+    chunks: int = 1
+    window: int = 0  # frames per work unit: `frames` for a video within the window
+    chunk_overlap: int = 0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    model: str
+    output: str | None  # a URI prefix ending in "/", or None for the operator's default
+    priority: int  # 0-9, higher renders first
+    source: str
+    videos: tuple[VideoSpec, ...]
+    content_sha256: str  # of everything above but `source` (and video lines): same content, same hash
+
+
+def derive_seed(run_name: str, video_id: str) -> int:
+    """A seed for a video that names none: stable across machines and Python versions (no hash())."""
+    return stable_seed(run_name, video_id)
+
+
+def load_manifest(
+    path: str | os.PathLike,
+    *,
+    registry: Registry,
+    name: str | None = None,
+    model: str | None = None,
+    output: str | None = None,
+    priority: int | None = None,
+    sets: Sequence[str] = (),
+    allowed_outputs: Sequence[str] | None = None,
+) -> RunSpec:
+    """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
+
+    `.yaml`/`.yml`: a run (name, model, output, priority, defaults, videos). `.jsonl`: one video a line; the run's
+    name (default: the file's stem), model, output and priority come from the keyword arguments. For YAML the
+    keyword arguments, when given, override the file's values (the file's own value is then not checked), and each
+    `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
+    from the video, else `defaults`, else the model's defaults. `allowed_outputs`: URI prefixes `output` must be under.
+    """
+    path = Path(path)
+    report = _Report(str(path))
+    allowed = None if allowed_outputs is None else [_allowed_key(a) for a in allowed_outputs]
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".jsonl"):
+        report(0, "(file)", f"{path.name!r} is not a manifest name: use .yaml or .yml (a run) or .jsonl (a video a line)")
+        report.raise_any()
+    text = read_text(path, report)
+    if text is None:
+        report.raise_any()
+    if suffix == ".jsonl":
+        top, entries = Map(0, {}), [(item, "") for item in load_jsonl(text, report)]
+        if not entries and not report.issues:
+            report(1, "(file)", "has no videos: write one JSON object a line")
+        if name is None:
+            name = _stem_name(path, report)
+    else:
+        top = load_yaml(text, report)
+        if top is None:
+            report.raise_any()
+        entries = _yaml_videos(top, report)
+    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets)
+    report.raise_any()
+    return spec
+
+
+# --- Assembly: run fields, defaults, videos -----------------------------------------------------------------------
+
+
+def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets) -> RunSpec | None:
+    run_name = _pick(top, report, "name", name, check_name, required=True)
+    model_name = _pick(top, report, "model", model, partial(check_model, names=registry.names()), default="tiny")
+    out = _pick(top, report, "output", output, check_output, default=None)
+    if allowed is not None and out not in (None, INVALID):
+        line, field = (0, "--output") if output is not None else (top.items["output"].line, "output")
+        try:
+            check_output_allowed(out, allowed)
+        except FieldError as exc:
+            report(line, field, str(exc))
+    prio = _pick(top, report, "priority", priority, check_priority, default=0)
+    for key, item in top.items.items():
+        if key not in RUN_FIELDS:
+            hint = " (video fields go in each video or under 'defaults')" if key in VIDEO_FIELDS else ""
+            report(item.line, key, _unknown(key, RUN_FIELDS) + hint)
+    info = registry.models[model_name] if model_name is not INVALID else None
+    checks = video_checks(info)
+    defaults = _defaults(top, sets, report, checks)
+    defaults_too_long = _check_default_frames(defaults, info, report)
+    seen: dict[str, tuple[int, str]] = {}
+    videos = []
+    for item, prefix in entries:
+        video = _video(item, prefix, defaults, checks, info, seen, defaults_too_long, report)
+        if video is not None:
+            videos.append(video)
+    if report.issues:
+        return None
+    return RunSpec(run_name, model_name, out, prio, str(path.absolute()), tuple(videos),
+                   _content_sha256(run_name, model_name, out, prio, videos))
+
+
+def _pick(top: Map, report, key, override, check, *, required=False, default=None):
+    """A run field from its keyword argument if given, else from the file, else its default; checked either way."""
+    if override is not None:
+        line, field, value, text = 0, f"--{key}", override, None
+    elif key in top.items:
+        item = top.items[key]
+        line, field, value, text = item.line, key, item.value, item.text
+    elif required:
+        report(top.line, key, f"missing required field {key!r}")
+        return INVALID
+    else:
+        line, field, value, text = top.line, key, default, None
+    if value is INVALID:
+        return INVALID
+    try:
+        return check(value, text)
+    except FieldError as exc:
+        report(line, field, str(exc))
+        return INVALID
+
+
+def _defaults(top: Map, sets: Sequence[str], report, checks) -> dict[str, tuple[object, int, str]]:
+    """Field -> (checked value or INVALID, line, field path) from `defaults`, then `sets` over them."""
+    out: dict[str, tuple[object, int, str]] = {}
+    item = top.items.get("defaults")
+    if item is not None and item.value is not None and item.value is not INVALID:
+        if not isinstance(item.value, Map):
+            report(item.line, "defaults", f"must be a mapping of video fields, got {shown(item.value)}")
+        else:
+            for key, it in item.value.items.items():
+                value = _check_default(key, it.value, it.text, checks)
+                if isinstance(value, FieldError):
+                    report(it.line, f"defaults.{key}", str(value))
+                    value = INVALID
+                out[key] = (value, it.line, f"defaults.{key}")
+    for entry in sets:
+        if not isinstance(entry, str) or "=" not in entry:
+            report(0, "--set", f"must be FIELD=VALUE, got {shown(entry)}")
+            continue
+        key, _, raw = entry.partition("=")
+        key = key.strip()
+        try:
+            value, text = yaml_scalar(raw)
+        except FieldError as exc:
+            value = exc
+        else:
+            value = _check_default(key, value, text, checks)
+        if isinstance(value, FieldError):
+            report(0, "--set", f"{entry!r}: {value}")
+            value = INVALID
+        out[key] = (value, 0, "--set")
+    return out
+
+
+def _check_default(key: str, value, text, checks):
+    """The checked value, or the FieldError to report."""
+    if key == "id":
+        return FieldError(f"an id cannot have a default ({shown(value, text)}): give each video its own")
+    if key not in checks:
+        return FieldError(_unknown(key, VIDEO_FIELDS))
+    if value is INVALID:
+        return INVALID  # already reported where it was read
+    try:
+        return checks[key](value, text)
+    except FieldError as exc:
+        return exc
+
+
+def _check_default_frames(defaults, info: ModelInfo | None, report) -> bool:
+    """Report once, at `defaults`, a default duration and fps too long for the model; True if they are."""
+    given = [defaults[k] for k in ("duration_s", "fps") if k in defaults]
+    if info is None or not given or any(v is INVALID for v, _, _ in given):
+        return False
+    duration = defaults.get("duration_s", (info.defaults.duration_s,))[0]
+    fps = defaults.get("fps", (info.defaults.fps,))[0]
+    try:
+        plan_frames(info, duration, fps)
+    except FieldError as exc:
+        _, line, field = given[0]
+        report(line, field, str(exc))
+        return True
+    return False
+
+
+def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_long, report) -> VideoSpec | None:
+    """One video: its own fields over `defaults` over the model's; None if anything was reported."""
+    vmap = item.value
+    if vmap is INVALID:
+        return None
+    if not isinstance(vmap, Map):
+        field = prefix[:-1] if prefix else "(video)"
+        report(item.line, field, f"each video must be a mapping with id and prompt, got {shown(vmap, item.text)}")
+        return None
+    ok, own = True, {}
+    for key, it in vmap.items.items():
+        if key not in checks:
+            report(it.line, prefix + key, _unknown(key, VIDEO_FIELDS))
+            ok = False
+        elif it.value is INVALID:
+            ok = False
+        else:
+            try:
+                own[key] = checks[key](it.value, it.text)
+            except FieldError as exc:
+                report(it.line, prefix + key, str(exc))
+                ok = False
+    for key in ("id", "prompt"):
+        if key not in vmap.items and (key == "id" or key not in defaults):
+            report(vmap.line, prefix + key, f"missing required field {key!r}")
+            ok = False
+    if "id" in own:
+        vid = own["id"]
+        if vid in seen:
+            first_line, first_prefix = seen[vid]
+            where = f"line {first_line}" + (f" ({first_prefix[:-1]})" if first_prefix else "")
+            report(vmap.items["id"].line, prefix + "id", f"duplicate id {shown(vid)}: already used at {where}")
+            ok = False
+        else:
+            seen[vid] = (vmap.items["id"].line, prefix)
+    if info is None:
+        return None
+    d = info.defaults
+
+    def get(key, fallback):
+        if key in vmap.items:
+            return own.get(key, INVALID)  # INVALID: reported above
+        return defaults.get(key, (fallback,))[0]  # INVALID: reported at `defaults`
+
+    size = get("resolution", (d.width, d.height))
+    values = dict(prompt=get("prompt", None), negative_prompt=get("negative_prompt", None), seed=get("seed", None),
+                  duration_s=get("duration_s", d.duration_s), fps=get("fps", d.fps), steps=get("steps", d.steps),
+                  guidance=get("guidance", float(d.guidance)))
+    frames = None
+    own_timing = "duration_s" in vmap.items or "fps" in vmap.items
+    # Checked even when another field is bad, so one pass over the file shows both problems.
+    if INVALID not in (values["duration_s"], values["fps"]) and (own_timing or not defaults_too_long):
+        try:
+            frames = plan_frames(info, values["duration_s"], values["fps"])
+        except FieldError as exc:
+            where = vmap.items.get("duration_s") or vmap.items.get("fps")
+            report(where.line if where else vmap.line, prefix + "duration_s", str(exc))
+    if not ok or frames is None or size is INVALID or any(v is INVALID for v in values.values()):
+        return None
+    chunks = info.chunk_plan(frames).chunks if info else 1
+    return VideoSpec(id=own["id"], line=vmap.line, prompt=values["prompt"], negative_prompt=values["negative_prompt"],
+                     seed=values["seed"], width=size[0], height=size[1], frames=frames, fps=values["fps"],
+                     duration_s=frames / values["fps"], steps=values["steps"], guidance=float(values["guidance"]),
+                     requested_duration_s=float(values["duration_s"]), chunks=chunks,
+                     window=info.max_frames if chunks > 1 else frames,
+                     chunk_overlap=info.chunk_overlap if chunks > 1 else 0)
+
+
+def _yaml_videos(top: Map, report) -> list[tuple[Item, str]]:
+    item = top.items.get("videos")
+    if item is None:
+        report(top.line, "videos", "missing required field 'videos' (a list of videos, each with id and prompt)")
+        return []
+    if item.value is INVALID:
+        return []
+    if item.value is None or (isinstance(item.value, Seq) and not item.value.items):
+        report(item.line, "videos", f"is empty ({shown(item.value, item.text)}): list at least one video")
+        return []
+    if not isinstance(item.value, Seq):
+        report(item.line, "videos", f"must be a list (start each video with '- '), got {shown(item.value, item.text)}")
+        return []
+    if len(item.value.items) > MAX_VIDEOS:
+        report(item.line, "videos", f"has {len(item.value.items):,} videos, over the {MAX_VIDEOS:,} limit; "
+                                    "split it into several runs")
+        return []
+    return [(it, f"videos[{i}].") for i, it in enumerate(item.value.items)]
+
+
+def _stem_name(path: Path, report) -> str | object:
+    try:
+        return check_name(path.stem, None)
+    except FieldError as exc:
+        report(0, "name", f"the file's stem {path.stem!r} cannot be the run name: {exc}; pass a name (--name)")
+        return INVALID
+
+
+def _unknown(key: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
+    return f"unknown field {shown(key)}" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+def _allowed_key(prefix: str) -> str:
+    try:
+        return output_key(check_output(prefix, None))
+    except FieldError as exc:
+        raise UsageError(f"allowed output prefix {prefix!r} {exc}") from None
+
+
+def _content_sha256(name, model, output, priority, videos) -> str:
+    # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run.
+    doc = {"name": name, "model": model, "output": output, "priority": priority,
+           "videos": [{k: v for k, v in vars(video).items() if k != "line"} for video in videos]}
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class _Report:
+    # Past this many, a message a line stops helping (a JSON file named .yaml fails on every line): count the rest.
+    LIMIT = 1000
+
+    def __init__(self, file: str):
+        self.file = file
+        self.issues: list[ManifestIssue] = []
+        self.more = 0
+
+    def __call__(self, line: int, field: str, message: str) -> None:
+        if len(self.issues) < self.LIMIT:
+            self.issues.append(ManifestIssue(self.file, line, field, message))
+        else:
+            self.more += 1
+
+    def raise_any(self) -> None:
+        if self.issues:
+            issues = sorted(self.issues, key=lambda issue: issue.line)
+            if self.more:
+                issues.append(ManifestIssue(self.file, 0, "(file)", f"{self.more:,} more problems not listed"))
+            raise ManifestError(issues)

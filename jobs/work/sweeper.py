@@ -1,0 +1,55 @@
+"""The worker's housekeeping thread: reap expired leases and make sure waiting work has a ticket.
+
+Tickets can go missing by design (a retry waits out its backoff, a dead worker's unit is reaped long after its ticket
+was used), so every worker process sweeps: it returns expired leases to pending and, when it is idle while work is
+claimable, sends itself a ticket. Extra tickets are harmless (an empty claim is a no-op); at most one per idle worker
+per interval is sent, so the queue never floods. It is also the process's heartbeat for the cost ledger
+(jobs.cost.ledger): it records the worker session's up time, and closes the sessions of workers whose heartbeats stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from jobs.work import leases
+
+from jobs.cost import ledger
+
+from jobs.work import prometheus as metrics
+from jobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Sweeper(threading.Thread):
+    def __init__(self, settings: Settings, factory, busy: threading.Event, send_tickets: Callable[[int], None],
+                 meter: ledger.Meter | None = None):
+        super().__init__(name="reelbatch-sweeper", daemon=True)
+        self.settings, self.factory, self.busy, self.send_tickets = settings, factory, busy, send_tickets
+        self.meter = meter
+        # Often enough that reaped work restarts within a fraction of a lease; rarely enough to cost nothing.
+        self.interval = max(1.0, min(15.0, settings.lease_s / 4))
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.sweep()
+            except Exception:  # noqa: BLE001 - database or broker briefly away: sweep again next interval
+                log.warning("sweep failed; trying again in %.0f s", self.interval, exc_info=True)
+
+    def sweep(self) -> None:
+        if self.meter is not None:
+            self.meter.heartbeat()
+        # A session silent for three leases belongs to a dead worker: its leases have expired, its batch is lost.
+        if lost := ledger.close_lost_sessions(self.factory, 3 * self.settings.lease_s):
+            log.warning("closed %d worker sessions whose heartbeats stopped", lost)
+        requeued = leases.reap_expired(self.factory, max_attempts=self.settings.max_attempts)
+        metrics.QUEUE_DEPTH.set(leases.claimable_count(self.factory))
+        if requeued:
+            log.warning("returned %d units with expired leases to the queue", requeued)
+            self.send_tickets(requeued)
+        elif not self.busy.is_set() and leases.claimable(self.factory):
+            self.send_tickets(1)
