@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 # Each lossy accelerator's accepted values: (low, high, low end excluded).
@@ -109,11 +111,15 @@ class EngineConfig:
         return self.offload_text_encoder and self.text_cache and self.torch_device().type != "cpu"
 
     def torch_device(self) -> torch.device:
+        import torch  # here, not at the top: the job system reads this config in commands that never render
+
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
 
     def torch_dtype(self) -> torch.dtype:
+        import torch  # see torch_device
+
         if self.dtype == "auto":
             return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
         return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.dtype]

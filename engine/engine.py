@@ -15,11 +15,13 @@ import torch
 from engine import denoise, gates
 from engine.config import EngineConfig
 from engine.fast_ops import use_fast_vae_norm
+from engine.chunks import chunk_seed
 from engine.errors import ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
 from engine.models import ModelInfo, Registry
+from engine.stitch import seam_score, stitch
 from engine.text_cache import ALL_PARTS, TextEmbeddingCache, model_identity
 from engine.tiny import ensure_tiny
-from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape
+from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape, add_stages
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +194,6 @@ class Engine:
         """A long video in this process, chunk after chunk (each conditioned on the one before), stitched and
         decoded: the reference the job system's chunk-by-chunk path must equal. Returns the video and its chunks'
         latents. `shape` is the window's shape."""
-        from engine.chunks import chunk_seed, seam_score, stitch
-
         chunks: list[torch.Tensor] = []
         stages: dict[str, float] = {}
         for k in range(chunk_plan.chunks):
@@ -203,12 +203,16 @@ class Engine:
             if done.error:
                 return RenderedVideo(request, None, f"chunk {k}: {done.error}", stages), chunks
             chunks.append(done.latents)
-            for stage, seconds in done.stages.items():
-                stages[stage] = stages.get(stage, 0.0) + seconds
-        video = self.decode(shape.model, stitch(chunks, chunk_plan), request)
-        stages["decode"] = stages.get("decode", 0.0) + video.stages.get("decode", 0.0)
+            stages = add_stages(stages, done.stages)
+        return self.finish_long(shape.model, chunks, chunk_plan, request, stages), chunks
+
+    def finish_long(self, model: str, chunks: list[torch.Tensor], chunk_plan, request: RenderRequest,
+                    stages: dict[str, float]) -> RenderedVideo:
+        """A long video's last step, wherever its chunks were rendered: stitch their latents, decode once, and score
+        the seams. `stages` are the chunks' seconds; the decode's are added."""
+        video = self.decode(model, stitch(chunks, chunk_plan), request)
         seams = seam_score(video.frames, chunk_plan.seams()) if video.frames is not None else None
-        return replace(video, stages=stages, seam_score=seams), chunks
+        return replace(video, stages=add_stages(stages, video.stages), seam_score=seams)
 
     def _embeddings(self, shape, info: ModelInfo, pipe, requests) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Prompt and negative-prompt embeddings, from the cache when it is on; the negative ones only when the

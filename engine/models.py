@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from engine.chunks import ChunkPlan, plan
 from engine.errors import ModelNotFound
 
 # The longest video: this many windows (Wan: 64 x ~4.75 s, about 5 minutes at 16 fps).
@@ -52,10 +53,8 @@ class ModelInfo:
     max_sequence_length: int = 512
     builtin: bool = False
 
-    def chunk_plan(self, frames: int):
-        """How a video of `frames` is rendered: one pass, or chunks of the window (engine.chunks.ChunkPlan)."""
-        from engine.chunks import plan
-
+    def chunk_plan(self, frames: int) -> ChunkPlan:
+        """How a video of `frames` is rendered: one pass, or chunks of the window."""
         return plan(frames, self.max_frames, self.chunk_overlap, self.temporal_factor)
 
     def valid_frames(self, requested: int) -> int:

@@ -55,7 +55,7 @@ class RenderedVideo:
     stages: dict[str, float] = field(default_factory=dict)
     # For a latents_only request: its latents (C, F, h, w), float32 on the CPU; frames is None.
     latents: Any = field(default=None, compare=False, repr=False)
-    # For a stitched long video: engine.chunks.seam_score of its frames.
+    # For a stitched long video: engine.stitch.seam_score of its frames.
     seam_score: float | None = None
 
 
@@ -64,3 +64,11 @@ def stable_seed(*parts: object) -> int:
     Python version (no hash()). A video's default seed and a long video's later chunks' seeds are drawn this way."""
     digest = hashlib.sha256("\0".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+
+
+def add_stages(total: dict[str, float], more: dict[str, float]) -> dict[str, float]:
+    """Seconds per stage, summed: a long video's chunks, or a render and its decode."""
+    out = dict(total)
+    for stage, seconds in more.items():
+        out[stage] = out.get(stage, 0.0) + seconds
+    return out

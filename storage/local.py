@@ -8,7 +8,7 @@ import os
 import secrets
 from pathlib import Path
 
-from storage.stores import (
+from storage.base import (
     IntegrityError,
     ObjectConflict,
     ObjectNotFound,

@@ -8,15 +8,14 @@ reelbatch setting.
 from __future__ import annotations
 
 import base64
-from urllib.parse import quote
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import quote
 
-import boto3
 from botocore import exceptions as boto_errors
 from botocore.config import Config
 
-from storage.stores import (
+from storage.base import (
     IntegrityError,
     ObjectConflict,
     ObjectNotFound,
@@ -42,6 +41,17 @@ _CONFIG = Config(
     read_timeout=30,
 )
 
+
+
+def client(endpoint_url: str | None = None):
+    """A boto3 S3 client with reelbatch's settings above; the endpoint (None: boto3's own, AWS_ENDPOINT_URL) and
+    credentials come from boto3's configuration. A session of its own: boto3's default session is shared and not
+    thread-safe, a client is."""
+    import boto3  # here, not at the top: 0.3 s that commands which never touch S3 should not pay
+
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=_CONFIG)
+
+
 # Error codes that mean "try again later" even when the status is not 5xx (S3 error responses reference).
 _RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "RequestTimeTooSkewed", "ServiceUnavailable", "InternalError"}
 # The server computed a different checksum than the ChecksumSHA256 we sent: the bytes do not match the hash.
@@ -56,8 +66,7 @@ class S3Store(Store):
         self.bucket = bucket
         self.prefix = f"{check_key(prefix)}/" if prefix else ""
         # endpoint_url=None lets boto3 read AWS_ENDPOINT_URL(_S3) itself; tests pass one explicitly.
-        # A session of our own: boto3's default session is shared and not thread-safe, a client is.
-        self._client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=_CONFIG)
+        self._client = client(endpoint_url)
 
     def __repr__(self) -> str:
         return f"S3Store({self.uri_for('')!r}, endpoint={self._client.meta.endpoint_url!r})"

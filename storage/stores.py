@@ -1,119 +1,26 @@
-"""Where finished MP4s go: the store interface, its errors, and `open_store` to pick one from a URI.
-
-Every store is write-once per key: a put of the same bytes is a no-op that reports `existed=True`, a put of different
-bytes raises `ObjectConflict` and never overwrites, and every write is read back and hashed before it counts.
-That makes a retried or duplicated task harmless, which is what lets the worker use acks_late.
-The two implementations live in storage/local.py and storage/s3.py.
-"""
+"""Where finished MP4s go: `open_store` picks a store from an output URI (a local folder or an S3 bucket), and the
+interface and errors every store shares (storage.base) are offered here with it."""
 
 from __future__ import annotations
 
-import hashlib
-import re
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from storage.base import (
+    IntegrityError,
+    ObjectConflict,
+    ObjectNotFound,
+    Store,
+    StoredObject,
+    StoreError,
+    StoreUnavailable,
+    sha256_hex,
+)
+from storage.local import LocalStore
+from storage.s3 import S3Store
 
-class StoreError(Exception):
-    """Base of every error a store raises on purpose. The worker reads `retryable` to decide on another attempt."""
-
-    retryable = False
-
-
-class StoreUnavailable(StoreError):
-    """The store could not be reached or answered with a server error (network down, endpoint refused, 5xx)."""
-
-    retryable = True
-
-
-class ObjectConflict(StoreError):
-    """A different object already exists at the key. It is never overwritten; retrying cannot help."""
-
-    retryable = False
-
-
-class IntegrityError(StoreError):
-    """The stored bytes did not hash to the expected SHA-256; the bad object was deleted, so a retry starts clean."""
-
-    retryable = True
-
-
-class ObjectNotFound(StoreError):
-    """`get` asked for a key that holds no object."""
-
-    retryable = False
-
-
-@dataclass(frozen=True)
-class StoredObject:
-    uri: str
-    key: str
-    bytes: int
-    sha256: str
-    existed: bool  # the same bytes were already there, so the put changed nothing
-
-
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-class Store(ABC):
-    @abstractmethod
-    def put(
-        self, key: str, data: bytes, *, sha256: str, content_type: str = "video/mp4", metadata: dict[str, str]
-    ) -> StoredObject:
-        """Store `data` at `key` unless the same bytes are already there; verify what was stored hashes to `sha256`."""
-
-    @abstractmethod
-    def uri_for(self, key: str) -> str: ...
-
-    @abstractmethod
-    def get(self, key: str) -> bytes: ...
-
-    @abstractmethod
-    def exists(self, key: str) -> bool: ...
-
-    @abstractmethod
-    def stat(self, key: str) -> StoredObject | None:
-        """The object at `key` (size and SHA-256, existed=True), or None if the key is free."""
-
-    @abstractmethod
-    def replace(self, key: str, data: bytes, *, content_type: str) -> str:
-        """Write `data` at `key` whatever is there, atomically (readers see the old or the new object, never half);
-        returns its URI. Only for reelbatch's own run files (results.jsonl): a video is never replaced."""
-
-    @abstractmethod
-    def delete(self, key: str) -> None:
-        """Remove the object at `key`; nothing if there is none. Only for reelbatch's own scratch objects (a long
-        video's chunk checkpoints): a stored video is never deleted."""
-
-
-def check_key(key: str) -> str:
-    """Return `key` if it is a plain relative key (`run/video-1.mp4`), else raise ValueError.
-
-    Both stores apply the same rule so that a manifest that works against a local folder also works against S3,
-    and so that no key can climb out of a local store's root.
-    """
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"store key must be a non-empty string, got {key!r}")
-    if key.startswith("/") or "\\" in key or "\x00" in key:
-        raise ValueError(f"store key must be relative, with '/' separators, got {key!r}")
-    if any(part in ("", ".", "..") for part in key.split("/")):
-        raise ValueError(f"store key must not contain '..', '.' or empty path components, got {key!r}")
-    return key
-
-
-def check_sha256(sha256: str) -> str:
-    """Return the lowercase hex digest, or raise ValueError: a malformed checksum is a caller bug, not a store fault."""
-    normal = sha256.lower() if isinstance(sha256, str) else ""
-    if not _SHA256_HEX.fullmatch(normal):
-        raise ValueError(f"sha256 must be 64 hex characters, got {sha256!r}")
-    return normal
+__all__ = ["IntegrityError", "ObjectConflict", "ObjectNotFound", "Store", "StoredObject", "StoreError",
+           "StoreUnavailable", "open_store", "sha256_hex"]
 
 
 def open_store(uri: str) -> Store:
@@ -121,22 +28,15 @@ def open_store(uri: str) -> Store:
     if not isinstance(uri, str) or not uri.strip():
         raise ValueError(f"store URI must be a non-empty string, got {uri!r}")
     if "://" not in uri:
-        from storage.local import LocalStore
-
         return LocalStore(Path(uri))
     scheme = uri.split("://", 1)[0].lower()
     if scheme == "file":
-        from storage.local import LocalStore
-
         rest = unquote(uri[len("file://") :])
         # file:///abs has an empty host; file://./rel is not standard but reads naturally for "relative to here".
         if rest.startswith("/") or rest.startswith("./") or rest.startswith("../") or rest in (".", ".."):
             return LocalStore(Path(rest))
         raise ValueError(f"unsupported file URI {uri!r}: use file:///absolute/path/ or file://./relative/path/")
     if scheme == "s3":
-        # Imported here so local-only runs never pay for importing boto3.
-        from storage.s3 import S3Store
-
         parts = urlsplit(uri)
         if not parts.netloc:
             raise ValueError(f"S3 URI {uri!r} names no bucket: use s3://bucket/prefix/")

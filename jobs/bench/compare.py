@@ -18,107 +18,32 @@ and dtype, so MFU needs no published figure.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 import yaml
 
+from engine.bench_models import ensure_bench_model
 from engine.engine import Engine
 from engine.metrics import psnr_frames
-from engine.models import ModelInfo, Registry
+from engine.models import ModelDefaults, ModelInfo, Registry, builtin_models
+from engine.tiny import ensure_tiny
+from jobs.bench.baseline import denoise_gflop, load_baseline, measure_peak_gflops, run_baseline
+from jobs.bench.presets import Preset, prompts
+from jobs.bench.side import Side
+from jobs.db import queries
 from jobs.db.connect import session_factory, upgrade
+from jobs.db.rows import Video
+from jobs.manifest import load_manifest
+from jobs.render.batch import render_next_batch, warm_up
+from jobs.render.finisher import Finisher
 from jobs.settings import Settings
-from storage.encode import decode_frames, encode_mp4
+from storage.encode import decode_frames
 from storage.stores import open_store
-
-STAGES = ("text", "denoise", "decode", "encode", "upload")
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    why: str
-    model: str  # a bench model built into the cache (engine.bench_models), or "tiny"
-    width: int
-    height: int
-    frames: int
-    fps: int
-    steps: int
-    guidance: float
-    videos: int
-    batch: int
-    max_sequence_length: int = 512
-    temporal_factor: int = 4
-
-
-PRESETS: dict[str, Preset] = {
-    "cpu": Preset(
-        "cpu",
-        "Wan2.1-1.3B's layer widths (hidden 1536, ffn 8960) in 2 blocks at 128x128, 17 frames: the denoiser's matmuls "
-        "have the real model's shapes, and with 8 steps denoising is most of the wall time, as for real models.",
-        model="bench-wan-widths-v1", width=128, height=128, frames=17, fps=16, steps=8, guidance=5.0,
-        videos=8, batch=4,
-    ),
-    "small": Preset(
-        "small",
-        "Previews and thumbnails: short 32x32 clips of the trained toy model (smooth frames, like real previews), "
-        "where per-call overhead, decoding and encoding are a large share of each video, so batching and overlap "
-        "matter most.",
-        model="toy", width=32, height=32, frames=9, fps=8, steps=20, guidance=5.0, videos=32, batch=16,
-        max_sequence_length=64, temporal_factor=2,
-    ),
-    "wan-1.3b": Preset(
-        "wan-1.3b",
-        "The full Wan2.1-T2V-1.3B architecture with random weights (the real model's compute) at its published "
-        "defaults: 832x480, 81 frames, 50 steps, guidance 5, bf16. For a GPU.",
-        model="bench-wan-1.3b-v1", width=832, height=480, frames=81, fps=16, steps=50, guidance=5.0,
-        videos=8, batch=4,
-    ),
-}
-
-# Ad-copy style prompts: distinct texts, so the text cache helps only where a real run would repeat itself (the
-# shared empty negative prompt).
-SUBJECTS = ("a red sports car", "a golden retriever", "a city skyline", "a cup of coffee", "a mountain lake",
-            "a running shoe", "a paper boat", "a neon sign")
-SCENES = ("at sunrise", "in the rain", "in slow motion", "on a wooden table")
-
-
-def prompts(count: int, model: str = "") -> list[str]:
-    """`count` distinct prompts; for the toy model, prompts of its grammar (the quality sample set's)."""
-    if model == "toy":
-        from jobs.quality.evaluate import sample_set
-
-        return [case.prompt for case in sample_set(count)]
-    return [f"{SUBJECTS[i % len(SUBJECTS)]} {SCENES[(i // len(SUBJECTS)) % len(SCENES)]}, take {i}"
-            for i in range(count)]
-
-
-@dataclass
-class Side:
-    name: str
-    videos: int = 0
-    wall_s: float = 0.0
-    stages: dict[str, float] = field(default_factory=dict)
-    config: dict = field(default_factory=dict)
-
-    @property
-    def videos_per_hour(self) -> float:
-        return 3600.0 * self.videos / self.wall_s if self.wall_s else 0.0
-
-    @property
-    def compute_s(self) -> float:
-        return self.stages.get("denoise", 0.0) + self.stages.get("decode", 0.0)
-
-    def to_dict(self) -> dict:
-        return {"videos": self.videos, "wall_s": self.wall_s, "videos_per_hour": self.videos_per_hour,
-                "stages": self.stages, "wall_over_compute": self.wall_s / self.compute_s if self.compute_s else None,
-                "config": self.config}
 
 
 @dataclass
@@ -135,8 +60,15 @@ class BenchResult:
     min_psnr_mp4_db: float  # the same after both sides' MP4s are decoded
     denoise_gflop: float  # per video
     peak_gflops: float
-    baseline_denoise_mfu: float
-    denoise_mfu: float
+
+    @property
+    def baseline_denoise_mfu(self) -> float:
+        """The baseline's denoising FLOPs over its denoising seconds, as a share of the measured matmul peak."""
+        return self.denoise_gflop * self.baseline.videos / self.baseline.stages["denoise"] / self.peak_gflops
+
+    @property
+    def denoise_mfu(self) -> float:
+        return self.denoise_gflop * self.engine.videos / self.engine.stages["denoise"] / self.peak_gflops
 
     @property
     def speedup(self) -> float:
@@ -149,125 +81,9 @@ class BenchResult:
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("baseline", "engine")}
-        return {**d, "baseline": self.baseline.to_dict(), "engine": self.engine.to_dict(), "speedup": self.speedup,
+        return {**d, "baseline_denoise_mfu": self.baseline_denoise_mfu, "denoise_mfu": self.denoise_mfu,
+                "baseline": self.baseline.to_dict(), "engine": self.engine.to_dict(), "speedup": self.speedup,
                 "denoise_floor_s": self.denoise_floor_s}
-
-
-# ---- the machine's limit ------------------------------------------------------------------------------------------
-
-
-def measure_peak_gflops(device: torch.device, dtype: torch.dtype, n: int | None = None, repeats: int = 5) -> float:
-    """Best-of-`repeats` GFLOP/s of one n x n matmul: what this machine's matmul units deliver in this dtype."""
-    n = n or (8192 if device.type == "cuda" else 4096)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    best = float("inf")
-    for i in range(repeats + 1):
-        _sync(device)
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        _sync(device)
-        if i:  # the first is warm-up
-            best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e9
-
-
-def denoise_gflop(pipe, preset: Preset, device: torch.device) -> float:
-    """GFLOP of one video's denoising: one transformer call counted by FlopCounterMode, times steps, times two when
-    classifier-free guidance runs a second pass."""
-    from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
-
-    t = pipe.transformer
-    spatial, temporal = pipe.vae_scale_factor_spatial, pipe.vae_scale_factor_temporal
-    latent = torch.zeros(1, t.config.in_channels, (preset.frames - 1) // temporal + 1, preset.height // spatial,
-                         preset.width // spatial, device=device, dtype=t.dtype)
-    text = torch.zeros(1, preset.max_sequence_length, t.config.text_dim, device=device, dtype=t.dtype)
-    # torch counts the GPU attention kernels but not the CPU one; give it the same formula.
-    aten = torch.ops.aten
-    def cpu_attention(query, key, value, *args, out_shape=None, **kwargs) -> int:
-        return sdpa_flop_count(query, key, value)
-
-    counter = FlopCounterMode(display=False,
-                              custom_mapping={aten._scaled_dot_product_flash_attention_for_cpu: cpu_attention})
-    with torch.inference_mode(), counter:
-        t(latent, torch.tensor([500.0], device=device), text, return_dict=False)
-    passes = 2 if preset.guidance > 1.0 else 1
-    return counter.get_total_flops() * preset.steps * passes / 1e9
-
-
-# ---- baseline: the diffusers script --------------------------------------------------------------------------------
-
-
-class _StageTimer:
-    """Wraps a pipeline's encode_prompt and vae.decode to time them, waiting for the device at each end."""
-
-    def __init__(self, pipe, device: torch.device):
-        self.device, self.seconds = device, {"text": 0.0, "decode": 0.0}
-        pipe.encode_prompt = self._timed("text", pipe.encode_prompt)
-        pipe.vae.decode = self._timed("decode", pipe.vae.decode)
-
-    def _timed(self, stage: str, fn: Callable) -> Callable:
-        def wrapper(*args, **kwargs):
-            _sync(self.device)
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                _sync(self.device)
-                self.seconds[stage] += time.perf_counter() - t0
-
-        return wrapper
-
-
-def load_baseline(path: Path, device: torch.device, dtype: torch.dtype):
-    """The pipeline as the diffusers docs load Wan: the VAE in fp32, the rest in the working dtype."""
-    from diffusers import AutoencoderKLWan, WanPipeline
-
-    vae = AutoencoderKLWan.from_pretrained(path, subfolder="vae", torch_dtype=torch.float32)
-    pipe = WanPipeline.from_pretrained(path, vae=vae, torch_dtype=dtype).to(device)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
-
-
-def run_baseline(pipe, preset: Preset, cases: list[tuple[str, int]], out: Path, device: torch.device,
-                 dtype: torch.dtype, on_video: Callable[[], None] | None = None
-                 ) -> tuple[Side, dict[int, tuple[np.ndarray, bytes]]]:
-    store = open_store(out.as_uri() + "/")
-
-    def one(prompt: str, seed: int) -> np.ndarray:
-        frames = pipe(prompt=prompt, height=preset.height, width=preset.width, num_frames=preset.frames,
-                      num_inference_steps=preset.steps, guidance_scale=preset.guidance,
-                      generator=torch.Generator("cpu").manual_seed(seed), output_type="np",
-                      max_sequence_length=preset.max_sequence_length).frames[0]
-        return np.clip(np.rint(frames * 255.0), 0, 255).astype(np.uint8)
-
-    one(cases[0][0] + " (warm-up)", cases[0][1] + 10**6)
-    timer = _StageTimer(pipe, device)
-    side = Side("baseline", config={"pipeline": "WanPipeline.__call__, one prompt per call", "dtype": str(dtype),
-                                    "vae_dtype": "torch.float32", "max_sequence_length": preset.max_sequence_length})
-    encode_s = upload_s = 0.0
-    videos: dict[int, tuple[np.ndarray, bytes]] = {}
-    started = time.perf_counter()
-    for i, (prompt, seed) in enumerate(cases):
-        frames = one(prompt, seed)
-        t0 = time.perf_counter()
-        data = encode_mp4(frames, preset.fps)
-        t1 = time.perf_counter()
-        store.put(f"{i}.mp4", data, sha256=hashlib.sha256(data).hexdigest(), metadata={"seed": str(seed)})
-        upload_s += time.perf_counter() - t1
-        encode_s += t1 - t0
-        videos[i] = (frames, data)
-        if on_video:
-            on_video()
-    side.wall_s = time.perf_counter() - started
-    side.videos = len(cases)
-    pipeline_s = side.wall_s - encode_s - upload_s
-    side.stages = {"text": timer.seconds["text"], "decode": timer.seconds["decode"], "encode": encode_s,
-                   "upload": upload_s}
-    # Everything else inside the pipeline call is the denoising loop and its setup.
-    side.stages["denoise"] = pipeline_s - timer.seconds["text"] - timer.seconds["decode"]
-    side.stages["other"] = 0.0
-    return side, videos
 
 
 # ---- reelbatch: the worker path -----------------------------------------------------------------------------------
@@ -275,11 +91,6 @@ def run_baseline(pipe, preset: Preset, cases: list[tuple[str, int]], out: Path, 
 
 def run_engine(info: ModelInfo, preset: Preset, cases: list[tuple[str, int]], work: Path, settings: Settings,
                on_video: Callable[[], None] | None = None) -> tuple[Side, dict[int, tuple[np.ndarray, bytes]]]:
-    from jobs.db import queries
-    from jobs.manifest.load import load_manifest
-    from jobs.db.rows import Video
-    from jobs.render.batch import Finisher, render_next_batch, warm_up
-
     registry = Registry({info.name: info})
     engine = Engine(settings.engine_config(), registry)
     upgrade(settings.database_url)
@@ -349,10 +160,6 @@ def write_manifest(path: Path, name: str, info: ModelInfo, preset: Preset, cases
 
 def bench_model(preset: Preset, cache_dir: Path) -> ModelInfo:
     """A built-in model as registered (tiny built into the cache on first use), or a bench model built likewise."""
-    from engine.bench_models import ensure_bench_model
-    from engine.models import ModelDefaults, builtin_models
-    from engine.tiny import ensure_tiny
-
     builtin = builtin_models()
     if preset.model in builtin:
         info = builtin[preset.model]
@@ -395,8 +202,6 @@ def run_bench(preset: Preset, settings: Settings, *, videos: int | None = None,
                "guidance": preset.guidance, "videos": n},
         baseline=baseline, engine=engine, min_psnr_db=min(psnr_db), psnr_db=psnr_db,
         min_psnr_mp4_db=min(psnr_mp4_db), denoise_gflop=gflop, peak_gflops=peak,
-        baseline_denoise_mfu=gflop * n / baseline.stages["denoise"] / peak,
-        denoise_mfu=gflop * n / engine.stages["denoise"] / peak,
     )
 
 
@@ -421,8 +226,3 @@ def _cold_cache(cache_dir: Path, work: Path) -> Path:
     for model in built.iterdir() if built.is_dir() else ():  # none yet in a fresh cache
         (cold / "models" / model.name).symlink_to(model)
     return cold
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

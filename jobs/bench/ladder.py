@@ -25,14 +25,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from engine.engine import Engine
 from engine.models import ModelInfo, Registry
 from engine.types import RenderBatch, RenderRequest, Shape
-from jobs.bench.compare import Preset, bench_model, prompts, write_manifest
+from jobs.bench.compare import bench_model, write_manifest
+from jobs.bench.presets import Preset, prompts
+from jobs.db import queries
 from jobs.db.connect import session_factory, upgrade
+from jobs.db.rows import Video
+from jobs.manifest import load_manifest
+from jobs.render.batch import render_next_batch
+from jobs.render.finisher import Finisher
+from jobs.reports.stats import per_hour, percentiles, span_s
 from jobs.settings import Settings
 
 BATCHES = (1, 2, 4, 8, 16)
@@ -104,10 +110,6 @@ def run_ladder(preset: Preset, settings: Settings, *, batches: tuple[int, ...] =
 
 
 def _level(preset: Preset, info: ModelInfo, shape: Shape, settings: Settings, workers: int, batch: int) -> Level:
-    from jobs.db import queries
-    from jobs.manifest.load import load_manifest
-    from jobs.db.rows import Video
-
     count = level_videos(batch, workers)
     with tempfile.TemporaryDirectory(prefix="reelbatch-ladder-") as tmp:
         work = Path(tmp)
@@ -140,23 +142,20 @@ def _level(preset: Preset, info: ModelInfo, shape: Shape, settings: Settings, wo
             rows = s.query(Video).filter(Video.run_id == run.run_id).all()
     done = [r for r in rows if r.status.value == "succeeded"]
     failed = sum(r.status.value == "failed" for r in rows)
-    latencies = np.array([(r.finished_at - r.started_at).total_seconds() for r in done])
-    wall = (max(r.finished_at for r in done) - min(r.started_at for r in done)).total_seconds() if done else 0.0
+    latencies = [(r.finished_at - r.started_at).total_seconds() for r in done]
+    wall = span_s((r.started_at for r in done), (r.finished_at for r in done))
     device = [p[1] for p in peaks if p[1] is not None]
     return Level(
         workers=workers, batch=batch, videos=len(rows), succeeded=len(done), failed=failed,
         retries=sum(max(0, r.attempts - 1) for r in rows), wall_s=wall,
-        videos_per_hour=3600 * len(done) / wall if wall > 0 else 0.0,
-        latency_s={q: float(np.percentile(latencies, int(q[1:]))) if len(latencies) else 0.0
-                   for q in ("p50", "p95", "p99")} | {"max": float(latencies.max()) if len(latencies) else 0.0},
+        videos_per_hour=per_hour(len(done), wall) or 0.0,
+        latency_s=percentiles(latencies) or dict.fromkeys(("p50", "p95", "p99", "max"), 0.0),
         peak_rss_mb=max(p[0] for p in peaks), peak_device_mb=max(device) if device else None,
     )
 
 
 def _worker(settings: Settings, info: ModelInfo, shape: Shape, ready, results, threads: int) -> None:
     """One worker process of a level: warm up, wait for the others, render until nothing is claimable."""
-    from jobs.render.batch import Finisher, render_next_batch
-
     torch.set_num_threads(threads)
     peak_device, error = None, None
     try:

@@ -26,13 +26,10 @@ from engine.metrics import psnr, ssim
 from engine.text_cache import ALL_PARTS, model_identity
 from engine.toy.judge import score
 from jobs.errors import UsageError
-from jobs.quality.evaluate import native_shape, render_cases, round_trip, sample_set
+from jobs.quality.evaluate import native_shape, render_cases, round_trip
+from jobs.quality.sample import sample_set
 from jobs.settings import Settings
 
-# Measured on the toy model (docs/PERFORMANCE.md): single accelerators at the strengths that keep its outputs close,
-# and combinations of them.
-CANDIDATES = ("step_cache=0.1", "step_cache=0.2", "step_scale=0.75", "step_scale=0.5", "guidance_fraction=0.75",
-              "step_scale=0.75,step_cache=0.1")
 ATTRIBUTES = ("colour", "shape", "direction", "background", "all_four")
 
 

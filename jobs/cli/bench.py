@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from jobs.bench.compare import PRESETS, STAGES, BenchResult, run_bench
-from jobs.bench.quality import ATTRIBUTES, CANDIDATES, QualityBench, run_quality_bench
+from jobs.bench.presets import CANDIDATES, PRESETS
 from jobs.cli.console import err, fail, out
 from jobs.errors import ReelbatchError, UsageError
-from jobs.bench.ladder import run_ladder
-from jobs.bench.long import run_long
+from jobs.reports.summary import STAGES
 from jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from jobs.bench.compare import BenchResult
+    from jobs.bench.quality import QualityBench
 
 
 def bench(
@@ -69,6 +71,8 @@ def bench(
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=json_) as bar:
         task = bar.add_task(f"bench {preset}: baseline, then reelbatch", total=total)
+        from jobs.bench.compare import run_bench  # here, not at the top: torch only for the command that renders
+
         result = run_bench(chosen, Settings.from_env(), videos=videos, on_video=lambda: bar.advance(task))
     if json_:
         out.print_json(json.dumps(result.to_dict()))
@@ -81,6 +85,8 @@ def _bench_long(preset, json_: bool) -> None:
                   disable=json_) as bar:
         bar.add_task(f"bench --long {preset.name}: 1x and 4x, chunked and full length")
         try:
+            from jobs.bench.long import run_long  # here, not at the top: torch only for the command that renders
+
             r = run_long(preset, Settings.from_env())
         except ReelbatchError as exc:
             fail(exc)
@@ -120,6 +126,8 @@ def _bench_ladder(preset, batches: tuple[int, ...], workers: tuple[int, ...], js
             started.append((w, b))
 
         try:
+            from jobs.bench.ladder import run_ladder  # here, not at the top: torch only when rendering
+
             result = run_ladder(preset, Settings.from_env(), batches=batches, workers=workers, on_level=on_level)
         except ReelbatchError as exc:
             fail(exc)
@@ -147,6 +155,8 @@ def _bench_quality(model: str, candidates: list[str], count: int, batch: int, js
                   disable=json_) as bar:
         task = bar.add_task("bench --quality")
         try:
+            from jobs.bench.quality import run_quality_bench  # here, not at the top: torch only when rendering
+
             result = run_quality_bench(Settings.from_env(), model, candidates, count=count, batch=batch,
                                        on_setting=lambda name: bar.update(task, description=f"rendering {name}"))
         except ReelbatchError as exc:
@@ -158,6 +168,8 @@ def _bench_quality(model: str, candidates: list[str], count: int, batch: int, js
 
 
 def print_quality_bench(r: QualityBench) -> None:
+    from jobs.bench.quality import ATTRIBUTES  # the module renders (torch); this only runs after it has
+
     s = r.shape
     out.print(f"[bold]bench --quality[/bold] {r.model}: {r.count} videos of {s['width']}x{s['height']}, "
               f"{s['frames']} frames, {s['steps']} steps, guidance {s['guidance']:g}, batches of {r.batch}; exact "

@@ -6,7 +6,7 @@ jobs.cli.app registers it with `app.command()(quality)`.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -14,8 +14,11 @@ from rich.table import Table
 
 from jobs.cli.console import fail, out
 from jobs.errors import ReelbatchError
-from jobs.quality.evaluate import REFERENCES, SAMPLE_SIZE, QualityReport, evaluate, native_shape, sample_set
+from jobs.quality.sample import SAMPLE_SIZE
 from jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from jobs.quality.evaluate import QualityReport
 
 
 def quality(
@@ -29,8 +32,14 @@ def quality(
 ) -> None:
     """Render a fixed set of toy-world prompts, judge each MP4 from its pixels, and compare the frames with the
     model's reference renders. Exits 1 when adherence misses a target or the frames drift below 40 dB PSNR."""
+    from jobs.quality.evaluate import run_quality  # here, not at the top: torch only for the command that renders
+
     try:
-        report = run_quality(Settings.from_env(), model, steps, guidance, count, batch, show_progress=not json_)
+        with Progress(TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=out, transient=True, disable=json_) as bar:
+            task = bar.add_task("quality", total=count)
+            report = run_quality(Settings.from_env(), model, steps=steps, guidance=guidance, count=count,
+                                 batch=batch, on_batch=lambda n: bar.advance(task, n))
     except ReelbatchError as exc:
         fail(exc)
     if json_:
@@ -39,25 +48,6 @@ def quality(
         print_quality(report)
     if not report.passed:
         raise typer.Exit(1)
-
-
-def run_quality(settings: Settings, model: str, steps: int | None, guidance: float | None, count: int, batch: int,
-                show_progress: bool = False) -> QualityReport:
-    from engine.engine import Engine
-
-    registry = settings.registry()
-    shape, fps = native_shape(registry, model, steps=steps, guidance=guidance)
-    info = registry.get(model)
-    engine = Engine(settings.engine_config(), registry)
-    cases = sample_set(count)
-    references = info.path / REFERENCES if info.path else None
-    if not show_progress:
-        return evaluate(engine, shape, cases, fps=fps, batch=batch, references=references)
-    with Progress(TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=out, transient=True) as bar:
-        task = bar.add_task("quality", total=len(cases))
-        return evaluate(engine, shape, cases, fps=fps, batch=batch, references=references,
-                        on_batch=lambda n: bar.advance(task, n))
 
 
 def print_quality(report: QualityReport) -> None:

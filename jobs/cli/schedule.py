@@ -10,11 +10,12 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
+
 from jobs.cli.console import fail, out
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError
-from jobs.work.schedules import FiringResult, ScheduleInfo, add_schedule, list_schedules, remove_schedule
 from jobs.settings import Settings
+from jobs.work.schedules import FiringResult, ScheduleInfo, add_schedule, list_schedules, remove_schedule
 
 schedule_app = typer.Typer(help="Manifests submitted on a cron schedule (UTC); `reelbatch beat` fires them.",
                            no_args_is_help=True)
@@ -115,7 +116,7 @@ def beat(
         session_factory(settings.database_url)  # refuse to start against a schema this code does not know
     except ReelbatchError as exc:
         fail(exc)
-    from jobs.work.app import create_app
+    from jobs.work.app import create_app  # here, not at the top: Celery only for the command that runs the beat
 
     celery = create_app(settings)
     # Sent by name, so the beat never imports the tasks; the app's routes put it on the workers' control queue.

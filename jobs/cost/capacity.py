@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from jobs.db.rows import Run, Video
-from jobs.reports.summary import Price, summary
 from jobs.db.status import Status
+from jobs.reports.summary import Price, summary
 
 MAX_UTILISATION = 0.75
 DEFAULT_HEADROOM = 0.2

@@ -1,4 +1,6 @@
-"""Every read and write of the job tables. Functions take a session factory and return plain values."""
+"""Runs and their videos in the database: a checked spec recorded as rows (submit_run), the "claimable" query, counts,
+reports, cancel and resume. Functions take a session factory and return plain values; claims, leases and outcome
+records are in jobs.work and jobs.render."""
 
 from __future__ import annotations
 
@@ -6,14 +8,14 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
-from jobs.errors import RunNameTaken, RunNotFound
-from jobs.manifest.load import RunSpec, derive_seed
 from jobs.db.rows import CostRecord, Run, Video, WorkUnit, utcnow
 from jobs.db.status import Status, move
+from jobs.errors import RunNameTaken, RunNotFound
+from jobs.manifest import RunSpec, derive_seed
 
 Factory = sessionmaker[Session]
 
@@ -85,9 +87,20 @@ def _count(s: Session, model, run_id: int) -> int:
     return s.scalar(select(func.count()).select_from(model).where(model.run_id == run_id))
 
 
+def waiting_units() -> tuple:
+    """Units waiting their turn: pending, and ready (a long video's later chunk waits for the one before)."""
+    return WorkUnit.status == Status.PENDING, WorkUnit.ready.is_(True)
+
+
+def claimable_units(now: datetime) -> tuple:
+    """Units a worker may claim at `now`: waiting, and past their retry backoff. The one "claimable" query, used by
+    claims, the sweeper's queue depth and tickets."""
+    return *waiting_units(), or_(WorkUnit.not_before.is_(None), WorkUnit.not_before <= now)
+
+
 def _pending_units(s: Session, run_id: int) -> int:
     return s.scalar(select(func.count()).select_from(WorkUnit).join(Video)
-                    .where(Video.run_id == run_id, WorkUnit.status == Status.PENDING, WorkUnit.ready.is_(True)))
+                    .where(Video.run_id == run_id, *waiting_units()))
 
 
 def _free_name(s: Session, base: str) -> str:
@@ -166,9 +179,7 @@ def cancel_run(factory: Factory, run: str) -> tuple[str, int]:
         if row.cancelled_at is None:
             row.cancelled_at = utcnow()
         # A long video's later chunks are pending but not ready: its ready unit speaks for the video.
-        units = list(s.scalars(select(WorkUnit).join(Video).where(Video.run_id == row.id,
-                                                                   WorkUnit.status == Status.PENDING,
-                                                                   WorkUnit.ready.is_(True))
+        units = list(s.scalars(select(WorkUnit).join(Video).where(Video.run_id == row.id, *waiting_units())
                                .with_for_update()))
         for unit in units:
             video = s.get(Video, unit.video_id)
@@ -192,15 +203,3 @@ def resume_run(factory: Factory, run: str) -> tuple[str, int]:
             unit.attempts = video.attempts = 0
             unit.not_before, unit.solo, video.finished_at = None, False, None
         return row.name, len(units)
-
-
-def waiting_shapes(factory: Factory, limit: int = 4) -> list[tuple[Shape, int]]:
-    """The shapes of pending work, with how many units wait in each, the most first."""
-    count = func.count(WorkUnit.id)
-    columns = (Run.model, Video.width, Video.height, WorkUnit.frames, Video.steps, Video.guidance)
-    with factory() as s:
-        rows = s.execute(select(*columns, count).join(Video, WorkUnit.video_id == Video.id)
-                         .join(Run, Video.run_id == Run.id)
-                         .where(WorkUnit.status == Status.PENDING, WorkUnit.ready.is_(True))
-                         .group_by(*columns).order_by(count.desc()).limit(limit)).all()
-    return [(Shape(*row[:6]), row[6]) for row in rows]

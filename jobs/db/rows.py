@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import (BigInteger, Boolean, DateTime, Enum, Float, ForeignKey, Index, Integer, MetaData, String,
-                        Text, UniqueConstraint, false, true)
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    true,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from jobs.db.status import Status
@@ -21,6 +35,12 @@ NAMING = {
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def as_utc(moment: datetime) -> datetime:
+    """A stored moment as an aware UTC datetime: SQLite hands DateTime(timezone=True) back naive, and every value
+    reelbatch stores is UTC."""
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 
 class Base(DeclarativeBase):

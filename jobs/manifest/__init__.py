@@ -1,0 +1,7 @@
+"""The manifest: a YAML or JSONL file read (read, yaml_read), its values kept with their lines (values), each field
+checked (fields), and the run assembled (load) into frozen specs (specs), or every problem reported at once."""
+
+from jobs.manifest.load import load_manifest
+from jobs.manifest.specs import ManifestError, ManifestIssue, RunSpec, VideoSpec, derive_seed
+
+__all__ = ["ManifestError", "ManifestIssue", "RunSpec", "VideoSpec", "derive_seed", "load_manifest"]

@@ -9,20 +9,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import reprlib
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import unquote
 
-from engine.models import ModelInfo
+from engine.models import MAX_CHUNKS, ModelInfo
+from jobs.manifest.values import Date, FieldError, got, shown
 
-MAX_FILE_BYTES = 64 * 1024 * 1024
-MAX_VIDEOS = 100_000
-# A video with every field is 19 YAML nodes (mapping + 9 keys + 9 values); 25 a video leaves room at MAX_VIDEOS.
-# The count includes alias expansions, which is what stops a "billion laughs" document.
-MAX_NODES = 25 * MAX_VIDEOS
-MAX_DEPTH = 32
 MAX_PROMPT_CHARS = 10_000
 MAX_NAME_CHARS = 128
 MAX_SEED = 2**63 - 1  # signed 64-bit: a BIGINT column and torch.Generator.manual_seed both take it
@@ -37,97 +30,6 @@ RESOLUTION_PRESETS = {"480p": (832, 480), "720p": (1280, 720)}
 VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "duration_s", "fps", "steps", "guidance")
 RUN_FIELDS = ("name", "model", "output", "priority", "defaults", "videos")
 
-
-class FieldError(Exception):
-    """A value a field cannot hold; the message names the value as written."""
-
-
-# --- Values as loaded ---------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Item:
-    """One loaded value and where it came from."""
-
-    value: object
-    line: int
-    text: str | None = None  # the YAML source text of a scalar
-
-
-class Map:
-    """A mapping whose values keep their lines."""
-
-    __slots__ = ("line", "items")
-
-    def __init__(self, line: int, items: dict[str, Item]):
-        self.line, self.items = line, items
-
-
-class Seq:
-    __slots__ = ("line", "items")
-
-    def __init__(self, line: int, items: list[Item]):
-        self.line, self.items = line, items
-
-
-@dataclass(frozen=True, slots=True)
-class Date:
-    """A bare YAML date (`2024-01-01`), kept as text: YAML 1.1 reads it as a date where a user meant a string."""
-
-    text: str
-
-
-class _Invalid:
-    def __repr__(self) -> str:
-        return "INVALID"
-
-
-# A value the loader already reported (a forbidden tag, a recursive alias); checkers skip it so it is reported once.
-INVALID = _Invalid()
-
-_repr = reprlib.Repr()
-_repr.maxstring = _repr.maxother = 80
-
-
-def shown(value: object, text: str | None = None) -> str:
-    """The value as the user wrote it, cut to about 60 characters."""
-    if value is None:
-        s = "an empty value" if text == "" else text or "null"
-    elif isinstance(value, Map):
-        s = "{" + ", ".join(list(value.items)[:4]) + (", ...}" if len(value.items) > 4 else "}")
-    elif isinstance(value, (Seq, list)):
-        s = f"a list of {len(value.items if isinstance(value, Seq) else value)} items"
-    elif isinstance(value, Date):
-        s = value.text
-    elif text is not None and not isinstance(value, str):
-        s = text
-    else:
-        s = _repr.repr(value)
-    return s if len(s) <= 60 else s[:57] + "..."
-
-
-def kind(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Date):
-        return "a date"
-    if isinstance(value, Map):
-        return "a mapping"
-    if isinstance(value, (Seq, list)):
-        return "a list"
-    return "null" if value is None else type(value).__name__
-
-
-def _got(value: object, text: str | None) -> str:
-    return f"got {shown(value, text)}" + ("" if value is None else f" ({kind(value)})")
-
-
 # --- Scalars --------------------------------------------------------------------------------------------------------
 
 
@@ -135,7 +37,7 @@ def _integer(value: object, text: str | None, lo: int, hi: int) -> int:
     # bool is an int in Python, and YAML 1.1 reads `yes`/`on` as True: neither may pass as 1.
     if type(value) is not int:
         hint = "; write it without quotes" if isinstance(value, str) else ""
-        raise FieldError(f"must be an integer from {lo} to {hi}, {_got(value, text)}{hint}")
+        raise FieldError(f"must be an integer from {lo} to {hi}, {got(value, text)}{hint}")
     if not lo <= value <= hi:
         raise FieldError(f"must be an integer from {lo} to {hi}, got {shown(value, text)}")
     return value
@@ -144,7 +46,7 @@ def _integer(value: object, text: str | None, lo: int, hi: int) -> int:
 def _number(value: object, text: str | None, lo: float, hi: float, *, lo_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = "; write it without quotes" if isinstance(value, str) else ""
-        raise FieldError(f"must be a number, {_got(value, text)}{hint}")
+        raise FieldError(f"must be a number, {got(value, text)}{hint}")
     if not math.isfinite(value):
         raise FieldError(f"must be a finite number, got {shown(value, text)}")
     if value < lo or value > hi or (lo_open and value == lo):
@@ -158,7 +60,7 @@ def _string(value: object, text: str | None) -> str:
         # A YAML scalar that parsed as something else (001, yes, 2024-01-01) was meant as text: say how to keep it.
         quotable = value is not None and (text is not None or isinstance(value, Date))
         hint = "; quote it" if quotable else ""
-        raise FieldError(f"must be a string, {_got(value, text)}{hint}")
+        raise FieldError(f"must be a string, {got(value, text)}{hint}")
     # PostgreSQL text cannot hold NUL, and a lone surrogate (JSON "\ud800") cannot be written as UTF-8 at all.
     bad = _UNSTORABLE.search(value)
     if bad:
@@ -225,7 +127,7 @@ def check_name(value: object, text: str | None) -> str:
     """
     if isinstance(value, bool) or isinstance(value, (int, float, Date)):
         hint = f'; quote it: "{shown(value, text)}"'
-        raise FieldError(f"must be a string, {_got(value, text)}{hint}")
+        raise FieldError(f"must be a string, {got(value, text)}{hint}")
     s = unicodedata.normalize("NFC", _string(value, text))
     if not 1 <= len(s) <= MAX_NAME_CHARS:
         raise FieldError(f"must be 1 to {MAX_NAME_CHARS} characters, got {shown(s)} ({len(s)})")
@@ -319,8 +221,6 @@ def check_resolution(value: object, text: str | None, multiple: int) -> tuple[in
 def plan_frames(model: ModelInfo, duration_s: float, fps: int) -> int:
     """The frame count the model renders for a requested duration: nearest whole frame, then the model's grid.
     Beyond the model's window the video is rendered in chunks (engine.chunks), up to MAX_CHUNKS of them."""
-    from engine.models import MAX_CHUNKS
-
     # Half-up, like ModelInfo.valid_frames, not Python's round-half-even.
     frames = model.valid_frames(math.floor(duration_s * fps + 0.5))
     plan = model.chunk_plan(frames)

@@ -12,79 +12,27 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from engine.models import ModelInfo, Registry
-from engine.types import stable_seed
 from jobs.errors import UsageError
 from jobs.manifest.fields import (
-    INVALID, MAX_VIDEOS, RUN_FIELDS, VIDEO_FIELDS, FieldError, Item, Map, Seq, check_model, check_name, check_output,
-    check_output_allowed, check_priority, output_key, plan_frames, shown, video_checks,
+    RUN_FIELDS,
+    VIDEO_FIELDS,
+    check_model,
+    check_name,
+    check_output,
+    check_output_allowed,
+    check_priority,
+    output_key,
+    plan_frames,
+    video_checks,
 )
-from jobs.manifest.read import load_jsonl, load_yaml, read_text, yaml_scalar
-
-
-@dataclass(frozen=True)
-class ManifestIssue:
-    """One problem. `line` is 1-based; 0 means the file as a whole or a keyword argument (`--set`, `--model`)."""
-
-    file: str
-    line: int
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.field}: {self.message}"
-
-
-class ManifestError(UsageError):
-    """Every problem found in one manifest, in line order; str() is one issue a line."""
-
-    def __init__(self, issues: Sequence[ManifestIssue]):
-        self.issues = list(issues)
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        return "\n".join(map(str, self.issues))
-
-
-@dataclass(frozen=True)
-class VideoSpec:
-    id: str  # NFC-normalised
-    line: int
-    prompt: str
-    negative_prompt: str | None
-    seed: int | None  # None: derive_seed(run name, id) when the run is recorded
-    width: int
-    height: int
-    frames: int  # what the model renders: nearest to duration x fps on its 4k+1 grid
-    fps: int
-    duration_s: float  # frames / fps, the length of the video actually made
-    steps: int
-    guidance: float
-    requested_duration_s: float
-    # Beyond the model's window: rendered as `chunks` units of `window` frames sharing `chunk_overlap` latents.
-    chunks: int = 1
-    window: int = 0  # frames per work unit: `frames` for a video within the window
-    chunk_overlap: int = 0
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    name: str
-    model: str
-    output: str | None  # a URI prefix ending in "/", or None for the operator's default
-    priority: int  # 0-9, higher renders first
-    source: str
-    videos: tuple[VideoSpec, ...]
-    content_sha256: str  # of everything above but `source` (and video lines): same content, same hash
-
-
-def derive_seed(run_name: str, video_id: str) -> int:
-    """A seed for a video that names none: stable across machines and Python versions (no hash())."""
-    return stable_seed(run_name, video_id)
+from jobs.manifest.read import load_jsonl, read_text
+from jobs.manifest.specs import Report, RunSpec, VideoSpec
+from jobs.manifest.values import INVALID, MAX_VIDEOS, FieldError, Item, Map, Seq, shown
+from jobs.manifest.yaml_read import load_yaml, yaml_scalar
 
 
 def load_manifest(
@@ -107,7 +55,7 @@ def load_manifest(
     from the video, else `defaults`, else the model's defaults. `allowed_outputs`: URI prefixes `output` must be under.
     """
     path = Path(path)
-    report = _Report(str(path))
+    report = Report(str(path))
     allowed = None if allowed_outputs is None else [_allowed_key(a) for a in allowed_outputs]
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".jsonl"):
@@ -364,26 +312,3 @@ def _content_sha256(name, model, output, priority, videos) -> str:
            "videos": [{k: v for k, v in vars(video).items() if k != "line"} for video in videos]}
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-class _Report:
-    # Past this many, a message a line stops helping (a JSON file named .yaml fails on every line): count the rest.
-    LIMIT = 1000
-
-    def __init__(self, file: str):
-        self.file = file
-        self.issues: list[ManifestIssue] = []
-        self.more = 0
-
-    def __call__(self, line: int, field: str, message: str) -> None:
-        if len(self.issues) < self.LIMIT:
-            self.issues.append(ManifestIssue(self.file, line, field, message))
-        else:
-            self.more += 1
-
-    def raise_any(self) -> None:
-        if self.issues:
-            issues = sorted(self.issues, key=lambda issue: issue.line)
-            if self.more:
-                issues.append(ManifestIssue(self.file, 0, "(file)", f"{self.more:,} more problems not listed"))
-            raise ManifestError(issues)

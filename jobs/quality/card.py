@@ -8,9 +8,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from jobs.quality.evaluate import (REFERENCES, SAMPLE_SIZE, QualityReport, evaluate, native_shape, render_cases, round_trip,
-                          sample_set, save_references)
+from engine.engine import Engine
+from engine.models import TINY, TOY, Registry
+from engine.toy.judge import score
+from engine.toy.train import to_model_space
+from engine.toy.world import parse_prompt, render_clip, sample_spec
+from jobs.quality.evaluate import (
+    REFERENCES,
+    QualityReport,
+    evaluate,
+    native_shape,
+    render_cases,
+    round_trip,
+    save_references,
+)
+from jobs.quality.sample import SAMPLE_SIZE, sample_set
 from jobs.settings import Settings
 
 
@@ -25,9 +39,6 @@ def evaluate_toy(settings: Settings, folder: Path) -> ToyResults:
     """Render the sample set with the weights in `folder` in exact mode and save those frames as its references, then
     run the quality check against them with the configured engine (a second render, so it also measures how far the
     engine's optimisations move the output)."""
-    from engine.engine import Engine
-    from engine.models import TINY, TOY, Registry
-
     registry = Registry({"tiny": TINY, "toy": dataclasses.replace(TOY, path=folder)})
     shape, fps = native_shape(registry, "toy")
     cases = sample_set(SAMPLE_SIZE)
@@ -44,12 +55,6 @@ def evaluate_toy(settings: Settings, folder: Path) -> ToyResults:
 
 def vae_adherence(vae, shape, fps: int) -> dict[str, float]:
     """Encode and decode world clips of the sample set (as the pipeline decodes: clamped), then judge the MP4s."""
-    import torch
-
-    from engine.toy.judge import score
-    from engine.toy.train import to_model_space
-    from engine.toy.world import parse_prompt, render_clip, sample_spec
-
     pairs = []
     for case in sample_set(SAMPLE_SIZE):
         spec = sample_spec(case.seed, width=shape.width, height=shape.height, **parse_prompt(case.prompt))

@@ -19,14 +19,13 @@ from engine.engine import Engine
 from engine.metrics import psnr, ssim
 from engine.models import Registry
 from engine.toy.judge import score
-from engine.toy.world import BACKGROUNDS, COLOURS, DIRECTIONS, SHAPES
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.errors import UsageError
 from jobs.manifest.fields import plan_frames
+from jobs.quality.sample import Case, sample_set
+from jobs.settings import Settings
 from storage.encode import decode_frames, encode_mp4
 
-SAMPLE_SIZE = 80
-SEED_BASE = 7000
 REFERENCES = "references.npz"
 # Adherence targets after the MP4 round trip (issue 4); shape is the hard one: a circle and a square differ only
 # in their corners, a few latent cells.
@@ -46,25 +45,6 @@ def native_shape(registry: Registry, model: str, *, steps: int | None = None,
     shape = Shape(model, d.width, d.height, plan_frames(info, d.duration_s, d.fps), steps or d.steps,
                   d.guidance if guidance is None else guidance)
     return shape, d.fps
-
-
-@dataclass(frozen=True)
-class Case:
-    prompt: str
-    seed: int
-
-
-def sample_set(count: int = SAMPLE_SIZE) -> list[Case]:
-    """The first `count` cases of a fixed set. Case i takes colour i mod 5, shape i mod 2, direction (i // 2) mod 4
-    and background (i // 8) mod 2: by the Chinese remainder theorem each of the 80 prompts appears once in any 80
-    consecutive cases, and every 16 consecutive cases hold every attribute value."""
-    colours, directions, backgrounds = list(COLOURS), list(DIRECTIONS), list(BACKGROUNDS)
-    cases = []
-    for i in range(count):
-        prompt = (f"a {colours[i % 5]} {SHAPES[i % 2]} moving {directions[(i // 2) % 4]} "
-                  f"on a {backgrounds[(i // 8) % 2]} background")
-        cases.append(Case(prompt, SEED_BASE + i))
-    return cases
 
 
 @dataclass
@@ -165,3 +145,14 @@ def compare_references(path: Path | None, shape: Shape, cases: list[Case], video
         "threshold_db": REFERENCE_PSNR_DB,
         "matches": bool(min(psnrs) >= REFERENCE_PSNR_DB),
     }
+
+
+def run_quality(settings: Settings, model: str, *, steps: int | None, guidance: float | None, count: int,
+                batch: int, on_batch: Callable[[int], None] | None = None) -> QualityReport:
+    """`reelbatch quality`: the sample set rendered by an engine on `settings`' switches, judged and compared."""
+    registry = settings.registry()
+    shape, fps = native_shape(registry, model, steps=steps, guidance=guidance)
+    info = registry.get(model)
+    references = info.path / REFERENCES if info.path else None
+    return evaluate(Engine(settings.engine_config(), registry), shape, sample_set(count), fps=fps, batch=batch,
+                    references=references, on_batch=on_batch)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+from PIL import Image, ImageDraw
+
+from engine.engine import Engine
+from engine.types import RenderBatch, RenderRequest
 from jobs.errors import UsageError
-from jobs.quality.evaluate import native_shape, round_trip, sample_set
+from jobs.quality.evaluate import native_shape, round_trip
+from jobs.quality.sample import sample_set
 from jobs.settings import Settings
 
 _LABEL_H = 14  # px of caption above each row (PIL's built-in bitmap font is 11 px tall)
@@ -18,12 +24,6 @@ def default_prompts() -> list[str]:
 
 def contact_sheet(settings: Settings, model: str, prompts: list[str], *, seed: int, steps: int | None, scale: int):
     """Render each prompt at the model's defaults (seeds seed, seed+1, ...) and lay out the decoded MP4 frames."""
-    import numpy as np
-    from PIL import Image, ImageDraw
-
-    from engine.engine import Engine
-    from engine.types import RenderBatch, RenderRequest
-
     registry = settings.registry()
     shape, fps = native_shape(registry, model, steps=steps)
     if not prompts or any(not p.strip() for p in prompts):

@@ -1,6 +1,6 @@
-"""A long video's chunks in the job path (engine.chunks plans and stitches them): each chunk's request, its
-latents checkpointed in the store between chunks, the stitch and decode with the last chunk, and the checkpoints'
-removal once the video succeeded. jobs.render.batch calls these with the video's store.
+"""A long video's chunks in the job path (engine.chunks plans them, Engine.finish_long joins them): each chunk's
+request, its latents checkpointed in the store between chunks, the stitch and decode with the last chunk, and the
+checkpoints' removal once the video succeeded. jobs.render.store calls these with the video's store.
 """
 
 from __future__ import annotations
@@ -12,34 +12,30 @@ from dataclasses import replace
 import safetensors.torch
 import torch
 
-from engine.chunks import chunk_seed
+from engine.chunks import ChunkPlan, chunk_seed
 from engine.engine import Engine
 from engine.types import RenderedVideo, RenderRequest, Shape
-from jobs.work import leases
-from jobs.work.leases import ClaimedUnit
+from jobs.db.queries import Factory
+from jobs.render.keys import checkpoint_key
+from jobs.render.record import checkpoints, chunk_tokens
+from jobs.work.claims import ClaimedUnit
 from storage.stores import Store, StoreError
 
 log = logging.getLogger(__name__)
 
 
-def chunk_request(factory, store: Store, request: RenderRequest, unit: ClaimedUnit) -> RenderRequest:
+def chunk_request(factory: Factory, store: Store, request: RenderRequest, unit: ClaimedUnit) -> RenderRequest:
     """A long video's chunk asks for its latents, draws its own noise (engine.chunks.chunk_seed), and after the
     first, is tied to the end of the chunk before it (read back from that chunk's checkpoint in the store)."""
     if not unit.chunked:
         return request
     condition = None
     if unit.chunk > 0:
-        (previous,) = leases.checkpoints(factory, unit.video_id, unit.chunk)[-1:]
+        (previous,) = checkpoints(factory, unit.video_id, unit.chunk)[-1:]
         if previous is None:
             raise RuntimeError(f"video {unit.key}: chunk {unit.chunk - 1} has no checkpoint")
         condition = load_latents(store.get(previous))[:, -unit.chunk_overlap:]
     return replace(request, seed=chunk_seed(request.seed, unit.chunk), condition=condition, latents_only=True)
-
-
-def checkpoint_key(unit: ClaimedUnit) -> str:
-    """Where a chunk's latents wait for the next chunk and the stitch: beside the run's videos, in a scratch folder,
-    one object per attempt (the lease token), so a retried chunk never conflicts with a lost attempt's object."""
-    return f"_chunks/{unit.run_name}/{unit.key}/{unit.chunk}-{unit.token}.safetensors"
 
 
 def save_latents(latents: torch.Tensor) -> bytes:
@@ -53,36 +49,30 @@ def load_latents(data: bytes) -> torch.Tensor:
 def store_chunk(store: Store, unit: ClaimedUnit, latents: torch.Tensor) -> str:
     """A chunk before the last: checkpoint its latents in the store; returns the checkpoint's key."""
     data = save_latents(latents)
-    key = checkpoint_key(unit)
+    key = checkpoint_key(unit.run_name, unit.key, unit.chunk, unit.token)
     store.put(key, data, sha256=hashlib.sha256(data).hexdigest(),
               content_type="application/octet-stream",
               metadata={"run": unit.run_name, "id": unit.key, "chunk": str(unit.chunk)})
     return key
 
 
-def stitch_long(factory, store: Store, engine: Engine, shape: Shape, unit: ClaimedUnit,
+def stitch_long(factory: Factory, store: Store, engine: Engine, shape: Shape, unit: ClaimedUnit,
                 video: RenderedVideo) -> RenderedVideo:
     """The last chunk of a long video: its latents after the checkpointed chunks', stitched, decoded, and scored at
-    the seams."""
-    from engine.chunks import ChunkPlan, seam_score, stitch
-
-    earlier = [load_latents(store.get(key)) for key in leases.checkpoints(factory, unit.video_id, unit.chunk)]
+    the seams. The earlier chunks' seconds are on the video's row already; these are the last chunk's."""
+    earlier = [load_latents(store.get(key)) for key in checkpoints(factory, unit.video_id, unit.chunk)]
     temporal_factor = engine.registry.get(shape.model).temporal_factor
     chunk_plan = ChunkPlan(unit.frames, shape.frames, unit.chunk_overlap, temporal_factor)
-    decoded = engine.decode(shape.model, stitch([*earlier, video.latents], chunk_plan), video.request)
-    stages = dict(video.stages)
-    stages["decode"] = stages.get("decode", 0.0) + decoded.stages.get("decode", 0.0)
-    seams = seam_score(decoded.frames, chunk_plan.seams()) if decoded.frames is not None else None
-    return replace(decoded, stages=stages, seam_score=seams)
+    return engine.finish_long(shape.model, [*earlier, video.latents], chunk_plan, video.request, video.stages)
 
 
-def drop_checkpoints(factory, store: Store, unit: ClaimedUnit) -> None:
+def drop_checkpoints(factory: Factory, store: Store, unit: ClaimedUnit) -> None:
     """A long video succeeded: its chunk checkpoints are no longer needed, nor those a killed attempt wrote before
     it could record them (every lease token each chunk has had; deleting a missing key does nothing). Best effort:
     a leftover is scratch."""
-    for chunk, token in leases.chunk_tokens(factory, unit.video_id).items():
+    for chunk, token in chunk_tokens(factory, unit.video_id).items():
         for attempt in range(1, token + 1):
-            key = checkpoint_key(replace(unit, chunk=chunk, token=attempt))
+            key = checkpoint_key(unit.run_name, unit.key, chunk, attempt)
             try:
                 store.delete(key)
             except StoreError as exc:

@@ -18,8 +18,8 @@ import numpy as np
 from PIL import Image
 
 from jobs.db.rows import Run, Video
-from jobs.reports.summary import STAGES
 from jobs.db.status import Status
+from jobs.reports.summary import STAGES
 
 THUMB = 96  # pixels a frame is drawn at (small clips are scaled up, pixelated)
 CHART_W, CHART_H = 480, 160
@@ -75,14 +75,16 @@ def _row(r: dict) -> str:
 
 
 def html_report(report: dict, run: Run, videos: list[tuple[Video, int]],
-                frames_of: Callable[[Video], np.ndarray | None], gpu_hour_usd: float) -> str:
+                frames_of: Callable[[Video], np.ndarray | None], usd_per_worker_s: float | None) -> str:
+    """`usd_per_worker_s`: the rate the run's time was charged at, from its cost records (jobs.cost.ledger.run_ledger),
+    so the cost-by-stage chart of an old run keeps its numbers when the rate setting changes."""
     ok = [v for v, _ in videos if Status(v.status) is Status.SUCCEEDED]
     starts = [v.started_at.replace(tzinfo=v.started_at.tzinfo or timezone.utc) for v, _ in videos if v.started_at]
     origin = min(starts) if starts else None
     finished = [(v.finished_at.replace(tzinfo=v.finished_at.tzinfo or timezone.utc) - origin).total_seconds()
                 for v in ok] if origin else []
     latencies = [(v.finished_at - v.started_at).total_seconds() for v in ok]
-    stage_cost = [report["stages_s"][s] * gpu_hour_usd / 3600 for s in STAGES]
+    stage_cost = [report["stages_s"][s] * (usd_per_worker_s or 0.0) for s in STAGES]
     kinds = report["cost"].get("by_kind_usd", {})
 
     cards = []

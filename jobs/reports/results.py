@@ -15,8 +15,8 @@ import json
 
 from jobs.db import queries
 from jobs.db.rows import Run, Video
-from jobs.reports.summary import failure_reason
 from jobs.db.status import Status
+from jobs.reports.summary import failure_reason
 from storage.stores import open_store
 
 

@@ -11,11 +11,13 @@ from celery import Celery
 
 from jobs.errors import UsageError
 from jobs.settings import Settings
+from jobs.work.tickets import RENDER_TASK
 
 
-def create_app(settings: Settings | None = None) -> Celery:
-    settings = settings or Settings.from_env()
-    app = Celery("reelbatch", broker=settings.broker_url, include=["jobs.work.tasks"])
+def create_app(settings: Settings) -> Celery:
+    """The app for `settings`' broker and queues. Nothing is configured at import time: the worker, the beat and
+    every command that sends tickets make their own, from the settings they read."""
+    app = Celery("reelbatch", broker=settings.broker_url, include=["jobs.work.tasks"], set_as_current=False)
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -25,7 +27,7 @@ def create_app(settings: Settings | None = None) -> Celery:
         # Rendering goes only to the queue GPU workers consume (`reelbatch worker --queue`).
         # Schedule firings go to a small control queue every worker also consumes, so a firing never waits behind
         # thousands of render tickets.
-        task_routes={"reelbatch.render_next": {"queue": settings.queue},
+        task_routes={RENDER_TASK: {"queue": settings.queue},
                      "reelbatch.fire_schedules": {"queue": control_queue(settings)}},
         task_time_limit=settings.max_render_s,
         task_serializer="json",
@@ -67,7 +69,3 @@ def check_worker_config(settings: Settings) -> None:
     if settings.lease_s < 3:
         raise UsageError(f"REELBATCH_LEASE_S={settings.lease_s:g} is too short to renew; use at least 3 seconds")
 
-
-app = create_app()
-# Threads of this process (the sweeper, say) fall back to the default app: make it this one.
-app.set_default()

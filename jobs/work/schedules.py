@@ -1,43 +1,28 @@
-"""Schedules: a manifest submitted on a cron schedule. Plain functions: `reelbatch beat` only decides when a worker
-calls `fire_due` (the `reelbatch.fire_schedules` task).
-
-The rule: each fire time of a schedule makes at most one run, named `{schedule}-{fire time, UTC, %Y%m%dT%H%M%SZ}`.
-Crons are read in UTC. The fire time due at `now` is the latest one at or before `now`, if it is after the schedule
-was added; fire times missed while nothing ran are not made up: only the most recent one fires.
-
-Exactly once, whoever calls (two beats, a restart): `fire_due` first inserts the firing row in a transaction of its
-own, and the unique (schedule, fire time) lets one caller have it. The run is made after that commit, so a firing can
-exist without an outcome (its process died): `ok` false and no `errors`, shown as "in progress". A later `fire_due`
-takes over a firing left so for RESUME_AFTER (a conditional update: one taker) and finishes it, which can never make
-a second run: the run's name is fixed by the fire time and unique among runs, `submit_run` makes a run and its videos
-in one transaction and returns the existing run for the same name and content, and a taker that finds the run
-already made adopts it rather than submitting again (the manifest may have changed since). Tickets are sent before
-the firing is marked finished, so a crash between the two re-sends them; extra tickets are harmless.
+"""Schedules: a manifest submitted on a cron schedule (jobs.work.firing fires them). Adding one checks everything it
+can: the name (it becomes part of every run's name), the cron (UTC; one that never fires is refused) and the
+manifest (a local file or an S3 object that must exist).
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
+from botocore.exceptions import BotoCoreError, ClientError
 from croniter import CroniterBadDateError, CroniterError, croniter
-from sqlalchemy import delete, false, func, insert, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
 from jobs.db import queries
+from jobs.db.rows import Firing, Schedule, as_utc, utcnow
 from jobs.errors import UsageError
-from jobs.manifest.load import ManifestError, RunSpec, load_manifest
-from jobs.manifest.fields import MAX_FILE_BYTES, MAX_NAME_CHARS, FieldError, check_name
-from jobs.db.rows import Firing, Run, Schedule, utcnow
-from jobs.settings import Settings, absolute_output
-
-log = logging.getLogger(__name__)
+from jobs.manifest.fields import MAX_NAME_CHARS, check_name
+from jobs.manifest.values import FieldError
+from storage import s3
 
 STAMP = "%Y%m%dT%H%M%SZ"
 # A run name is `{schedule}-{stamp}` and must fit the 128 characters of a run name.
@@ -82,7 +67,7 @@ def due_fire_time(cron: str, created_at: datetime, now: datetime) -> datetime | 
     """The latest fire time at or before `now`, if it is after `created_at`; else None."""
     # croniter's get_prev is strictly before its start; crons have whole-second resolution, so start 1 s past now.
     latest = croniter(cron, now.replace(microsecond=0) + timedelta(seconds=1)).get_prev(datetime).replace(fold=0)
-    return latest if latest > _utc(created_at) else None
+    return latest if latest > as_utc(created_at) else None
 
 
 def add_schedule(factory: queries.Factory, name: str, manifest: str, cron: str) -> ScheduleInfo:
@@ -119,9 +104,9 @@ def _infos(s, name: str | None = None) -> list[ScheduleInfo]:
     if name is not None:
         query = query.where(Schedule.name == name)
     now = utcnow()
-    return [ScheduleInfo(sc.name, sc.manifest, sc.cron, _utc(sc.created_at),
-                         croniter(sc.cron, max(now, _utc(sc.created_at))).get_next(datetime).replace(fold=0),
-                         None if f is None else FiringResult(sc.name, _utc(f.fire_time),
+    return [ScheduleInfo(sc.name, sc.manifest, sc.cron, as_utc(sc.created_at),
+                         croniter(sc.cron, max(now, as_utc(sc.created_at))).get_next(datetime).replace(fold=0),
+                         None if f is None else FiringResult(sc.name, as_utc(f.fire_time),
                                                              run_name_for(sc.name, f.fire_time), f.ok, f.run_id,
                                                              f.errors))
             for sc, f in s.execute(query).all()]
@@ -156,13 +141,13 @@ def check_cron(expr: str) -> str:
 
 def check_manifest(manifest: str) -> str:
     """A local manifest file, made absolute (workers read it at that path), or an existing s3://BUCKET/KEY."""
-    s3 = _s3_parts(manifest) if manifest.startswith("s3://") else None
+    s3 = s3_parts(manifest) if manifest.startswith("s3://") else None
     if s3 is None and "://" in manifest:
         raise UsageError(f"manifest {manifest!r}: give a file path or an s3://BUCKET/KEY URI")
     if PurePosixPath(s3[1] if s3 else manifest).suffix.lower() not in (".yaml", ".yml", ".jsonl"):
         raise UsageError(f"manifest {manifest!r} is not a manifest name: use .yaml or .yml (a run) or .jsonl")
     if s3:
-        with _s3(manifest) as client:
+        with s3_client(manifest) as client:
             client.head_object(Bucket=s3[0], Key=s3[1])
         return manifest
     path = os.path.abspath(manifest)  # abspath, not resolve(), as for outputs: the path stays as written
@@ -173,143 +158,7 @@ def check_manifest(manifest: str) -> str:
     return path
 
 
-def fire_due(factory: queries.Factory, settings: Settings, now: datetime) -> list[FiringResult]:
-    """Fire every schedule whose latest fire time at or before `now` (aware) is after its creation and not yet fired,
-    and finish firings another process left in progress for RESUME_AFTER. Returns the firings this call made or
-    finished; a firing another caller already has is skipped. A bad or unreadable manifest is a failed firing
-    (`ok` false, `errors`), never an exception; an unexpected error is logged and its firing finished later.
-    """
-    if now.tzinfo is None:
-        raise ValueError("fire_due needs an aware `now` (UTC)")
-    now = now.astimezone(timezone.utc)
-    with factory() as s:
-        last = dict(s.execute(select(Firing.schedule_id, func.max(Firing.fire_time))
-                              .group_by(Firing.schedule_id)).all())
-        schedules = list(s.scalars(select(Schedule).order_by(Schedule.id)))
-        # Read first, so that a tick with nothing to take over writes nothing (SQLite: takes no write lock).
-        stale = list(s.scalars(select(Firing.id).where(*_stale())))
-    taken: dict[int, list] = {}
-    for firing_id, schedule_id, fire_time in _take_over(factory, stale) if stale else ():
-        taken.setdefault(schedule_id, []).append((firing_id, _utc(fire_time), True))
-    results = []
-    for sc in schedules:
-        claimed = []
-        due = due_fire_time(sc.cron, sc.created_at, now)
-        # Only later than the last firing: a beat whose clock lags another's never fires an older slot.
-        if due is not None and (sc.id not in last or due > _utc(last[sc.id])):
-            firing_id = _claim(factory, sc.id, due)
-            if firing_id is not None:
-                claimed.append((firing_id, due, False))
-        claimed += taken.get(sc.id, [])
-        for firing_id, fire_time, resumed in claimed:
-            try:
-                results.append(_complete(factory, settings, sc, firing_id, fire_time, resumed))
-            except Exception:  # one schedule's trouble must not hold up the others
-                log.exception("schedule %s: firing %s failed unexpectedly; it will be finished after %s",
-                              sc.name, fire_time.strftime(STAMP), RESUME_AFTER)
-    return results
-
-
-def _claim(factory: queries.Factory, schedule_id: int, fire_time: datetime) -> int | None:
-    """Insert the firing, in progress; None if another caller has it (or the schedule was just removed)."""
-    try:
-        with factory.begin() as s:
-            return s.scalar(insert(Firing).values(schedule_id=schedule_id, fire_time=fire_time, ok=False)
-                            .returning(Firing.id))
-    except IntegrityError:
-        return None
-
-
-def _stale() -> tuple:
-    """Firings in progress (`ok` false, no `errors`) untouched for RESUME_AFTER: their process is presumed dead."""
-    return Firing.ok == false(), Firing.errors.is_(None), Firing.updated_at < utcnow() - RESUME_AFTER
-
-
-def _take_over(factory: queries.Factory, ids: list[int]) -> list[tuple[int, int, datetime]]:
-    """(id, schedule id, fire time) of the firings we take over. Touching `updated_at` in the same conditional
-    update makes this caller their one taker, and gives us RESUME_AFTER before anyone takes them from us."""
-    with factory.begin() as s:
-        return [tuple(row) for row in s.execute(
-            update(Firing).where(Firing.id.in_(ids), *_stale()).values(updated_at=utcnow())
-            .returning(Firing.id, Firing.schedule_id, Firing.fire_time))]
-
-
-def _complete(factory, settings: Settings, sc: Schedule, firing_id: int, fire_time: datetime,
-              resumed: bool) -> FiringResult:
-    run_name = run_name_for(sc.name, fire_time)
-    run_id = None
-    if resumed:
-        with factory() as s:
-            run_id = s.scalar(select(Run.id).where(Run.name == run_name))
-    if run_id is not None:  # the process that died had made the run: adopt it
-        pending = queries.pending_unit_count(factory, run_name)
-    else:
-        try:
-            submitted = _submit(factory, settings, _load(settings, sc.manifest, run_name))
-        except UsageError as exc:  # a bad or unreadable manifest, or the run name taken by other content
-            errors = str(exc)
-            if len(errors) > MAX_ERROR_CHARS:
-                errors = f"{errors[:MAX_ERROR_CHARS]}\n... ({len(errors) - MAX_ERROR_CHARS:,} more characters)"
-            _finish(factory, firing_id, ok=False, errors=errors)
-            log.warning("schedule %s: firing %s failed:\n%s", sc.name, fire_time.strftime(STAMP), errors)
-            return FiringResult(sc.name, fire_time, run_name, False, None, errors, resumed)
-        run_id, pending = submitted.run_id, submitted.pending_units
-    if pending:
-        import jobs.work.app  # noqa: F401 - binds the tasks to the configured broker
-        from jobs.work.tasks import send_tickets
-
-        send_tickets(pending)
-    _finish(factory, firing_id, ok=True, run_id=run_id)
-    return FiringResult(sc.name, fire_time, run_name, True, run_id, None, resumed)
-
-
-def _finish(factory: queries.Factory, firing_id: int, **outcome) -> None:
-    # Only while in progress: when a slow firing and its taker both finish, the first outcome stands.
-    with factory.begin() as s:
-        s.execute(update(Firing).where(Firing.id == firing_id, Firing.ok == false(), Firing.errors.is_(None))
-                  .values(**outcome))
-
-
-def _load(settings: Settings, manifest: str, run_name: str) -> RunSpec:
-    """Read and check the manifest as `submit` does, under the firing's run name."""
-    def load(path: Path) -> RunSpec:
-        return load_manifest(path, registry=settings.registry(), name=run_name,
-                             allowed_outputs=settings.allowed_outputs)
-
-    if not manifest.startswith("s3://"):
-        return load(Path(manifest))
-    bucket, key = _s3_parts(manifest)
-    with tempfile.TemporaryDirectory(prefix="reelbatch-schedule-") as folder:
-        path = Path(folder) / PurePosixPath(key).name  # the same name, so the same suffix rules
-        with _s3(manifest) as client:
-            body = client.get_object(Bucket=bucket, Key=key)["Body"]
-            # One byte past the limit is enough for load_manifest to refuse an oversized object by its size.
-            path.write_bytes(body.read(MAX_FILE_BYTES + 1))
-            body.close()
-        try:
-            spec = load(path)
-        except ManifestError as exc:  # name the object, not the temporary file
-            raise ManifestError([replace(issue, file=manifest) for issue in exc.issues]) from None
-    return replace(spec, source=manifest)
-
-
-def _submit(factory: queries.Factory, settings: Settings, spec: RunSpec) -> queries.Submitted:
-
-    output = absolute_output(spec.output or settings.output)
-    try:
-        return queries.submit_run(factory, spec, output=output)
-    except IntegrityError:
-        # PostgreSQL: a taker of the same firing inserted the run between our check and our insert. Now the
-        # name exists, so this returns that run (same content), or refuses it (RunNameTaken, content changed).
-        return queries.submit_run(factory, spec, output=output)
-
-
-def _utc(dt: datetime) -> datetime:
-    # SQLite hands DateTime(timezone=True) back naive; every value we store is UTC.
-    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
-
-
-def _s3_parts(uri: str) -> tuple[str, str]:
+def s3_parts(uri: str) -> tuple[str, str]:
     bucket, _, key = uri[len("s3://"):].partition("/")
     if not bucket or not key or key.endswith("/"):
         raise UsageError(f"manifest {uri!r}: use s3://BUCKET/KEY, naming one object")
@@ -317,17 +166,11 @@ def _s3_parts(uri: str) -> tuple[str, str]:
 
 
 @contextmanager
-def _s3(uri: str) -> Iterator:
+def s3_client(uri: str) -> Iterator:
     """A boto3 S3 client (endpoint and credentials from boto3's own configuration, as for outputs) whose errors
     become UsageErrors naming the manifest."""
-    import boto3
-    from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    # Checksums only where an API requires them, as in storage/s3.py: some S3-compatible servers mangle them.
-    config = Config(request_checksum_calculation="when_required", response_checksum_validation="when_required")
     try:
-        yield boto3.session.Session().client("s3", config=config)
+        yield s3.client()
     except ClientError as exc:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         code = exc.response.get("Error", {}).get("Code", "")

@@ -13,19 +13,17 @@ import logging
 import threading
 from collections.abc import Callable
 
-from jobs.work import leases
-
 from jobs.cost import ledger
-
-from jobs.work import prometheus as metrics
+from jobs.cost.meter import Meter
 from jobs.settings import Settings
+from jobs.work import claims, leases, prometheus
 
 log = logging.getLogger(__name__)
 
 
 class Sweeper(threading.Thread):
     def __init__(self, settings: Settings, factory, busy: threading.Event, send_tickets: Callable[[int], None],
-                 meter: ledger.Meter | None = None):
+                 meter: Meter | None = None):
         super().__init__(name="reelbatch-sweeper", daemon=True)
         self.settings, self.factory, self.busy, self.send_tickets = settings, factory, busy, send_tickets
         self.meter = meter
@@ -47,9 +45,9 @@ class Sweeper(threading.Thread):
         if lost := ledger.close_lost_sessions(self.factory, 3 * self.settings.lease_s):
             log.warning("closed %d worker sessions whose heartbeats stopped", lost)
         requeued = leases.reap_expired(self.factory, max_attempts=self.settings.max_attempts)
-        metrics.QUEUE_DEPTH.set(leases.claimable_count(self.factory))
+        prometheus.QUEUE_DEPTH.set(claims.claimable_count(self.factory))
         if requeued:
             log.warning("returned %d units with expired leases to the queue", requeued)
             self.send_tickets(requeued)
-        elif not self.busy.is_set() and leases.claimable(self.factory):
+        elif not self.busy.is_set() and claims.any_claimable(self.factory):
             self.send_tickets(1)

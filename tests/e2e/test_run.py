@@ -15,7 +15,6 @@ from storage.encode import decode_frames, probe_mp4
 
 from .conftest import DEMO
 
-
 # What the judge reads from each demo video. The shipped toy model gets the shape right in 84% of its quality set
 # (its card), and the demo's blue square comes out round; every other attribute of every video is right.
 DEMO_JUDGED = {"red-circle-left": {"colour": True, "shape": True, "direction": True, "background": True},

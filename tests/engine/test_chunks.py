@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.chunks import chunk_seed, plan, seam_score, stitch
+from engine.chunks import chunk_seed, plan
+from engine.stitch import seam_score, stitch
 
 
 @pytest.mark.parametrize("frames, window, overlap, t, chunks, latents, seams", [

@@ -1,5 +1,5 @@
-"""Checks that need an NVIDIA GPU. Not collected by the default test run (pyproject's testpaths leave this folder
-out); scripts/gpu_check.sh runs them, and they fail rather than skip without a GPU."""
+"""Checks that need an NVIDIA GPU, marked `gpu`. Collected only where REELBATCH_GPU_TESTS=1 (tests/conftest.py),
+which scripts/gpu_check.sh sets on a GPU machine; there they fail rather than skip without a GPU."""
 
 import dataclasses
 
@@ -11,6 +11,8 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.models import Registry
 from engine.types import RenderBatch, RenderRequest, Shape
+
+pytestmark = pytest.mark.gpu
 
 SHAPE = Shape("tiny", 64, 48, 9, 3, 5.0)
 

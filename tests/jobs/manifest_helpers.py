@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from engine.models import Registry
-from jobs.manifest.load import ManifestError, ManifestIssue, RunSpec, load_manifest
+from jobs.manifest import ManifestError, ManifestIssue, RunSpec, load_manifest
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "manifests", "examples")
 

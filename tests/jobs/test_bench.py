@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs.bench.compare import PRESETS, Preset, denoise_gflop, measure_peak_gflops, prompts
+from jobs.bench.baseline import denoise_gflop
+from jobs.bench.compare import BenchResult
 from jobs.bench.ladder import level_videos
+from jobs.bench.presets import PRESETS, Preset, prompts
+from jobs.bench.side import Side
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,20 +29,17 @@ def test_bench_small_runs_both_sides_and_reports_every_field(tmp_path, model_cac
     for side in ("baseline", "engine"):
         s = r[side]
         assert s["videos"] == 4 and s["wall_s"] > 0
-        assert s["videos_per_hour"] == pytest.approx(3600 * 4 / s["wall_s"])
         assert set(s["stages"]) == {"text", "denoise", "decode", "encode", "upload", "other"}
         assert s["stages"]["denoise"] > 0 and s["stages"]["decode"] > 0 and s["stages"]["encode"] > 0
         # Rendering is one thread of work, so its stages fit in the wall time; encoding and upload may overlap it.
         assert s["stages"]["text"] + s["stages"]["denoise"] + s["stages"]["decode"] <= s["wall_s"]
     b = r["baseline"]
     assert sum(b["stages"].values()) <= b["wall_s"] * 1.01, "the baseline does one thing at a time"
-    assert r["speedup"] == pytest.approx(r["engine"]["videos_per_hour"] / r["baseline"]["videos_per_hour"])
     e = r["engine"]
-    assert e["wall_over_compute"] == pytest.approx(e["wall_s"] / (e["stages"]["denoise"] + e["stages"]["decode"]))
     # Same model, prompts and seeds: the worker path's videos are the diffusers script's, to rounding.
     assert r["min_psnr_db"] >= 40 and len(r["psnr_db"]) == 4 and r["min_psnr_db"] == min(r["psnr_db"])
     assert 0 < r["min_psnr_mp4_db"] <= 100
-    assert r["denoise_gflop"] > 0 and r["peak_gflops"] > 0 and 0 < r["denoise_mfu"] < 1.5
+    assert {"denoise_gflop", "peak_gflops", "denoise_floor_s", "denoise_mfu", "baseline_denoise_mfu"} <= set(r)
     assert e["config"]["overlap"] is True and e["config"]["max_batch"] == PRESETS["small"].batch
     assert not list(tmp_path.iterdir()), "the bench leaves nothing behind in the working folder"
 
@@ -66,8 +66,20 @@ def test_denoise_flops_match_a_hand_count_of_the_blocks(model_cache):
     assert blocks <= gflop <= 1.3 * blocks
 
 
-def test_peak_is_measured_and_prompts_are_distinct():
-    assert measure_peak_gflops(torch.device("cpu"), torch.float32, n=256, repeats=2) > 0
+def test_the_ratios_are_worked_out_from_the_sides():
+    """Figures worked out by hand: 4 videos in 2 s is 7,200 an hour; 4 in 8 s is 1,800; so 4x. Denoising 3 GFLOP a
+    video, 4 videos in 0.4 s at a 100 GFLOP/s peak is 12 GFLOP in 0.4 s = 30 GFLOP/s, 0.3 of the peak."""
+    baseline = Side("baseline", videos=4, wall_s=8.0, stages={"denoise": 1.2, "decode": 0.8})
+    engine = Side("engine", videos=4, wall_s=2.0, stages={"denoise": 0.4, "decode": 1.2})
+    result = BenchResult("p", "", "cpu", "fp32", {}, baseline, engine, 100.0, [100.0], 100.0, denoise_gflop=3.0,
+                         peak_gflops=100.0)
+    assert (baseline.videos_per_hour, engine.videos_per_hour, result.speedup) == (1800.0, 7200.0, 4.0)
+    assert engine.to_dict()["wall_over_compute"] == 1.25  # 2 s over 0.4 + 1.2 s
+    assert result.denoise_mfu == pytest.approx(0.3) and result.baseline_denoise_mfu == pytest.approx(0.1)
+    assert result.denoise_floor_s == 0.03
+
+
+def test_prompts_are_distinct():
     assert len(set(prompts(64))) == 64
 
 
@@ -115,7 +127,6 @@ def test_ladder_runs_each_level_with_real_worker_processes(tmp_path, model_cache
     for lv in r["levels"]:
         assert lv["videos"] == lv["succeeded"] == level_videos(lv["batch"], lv["workers"]) == 16 and lv["failed"] == 0
         assert lv["failure_rate"] == 0 and lv["retries"] == 0
-        assert lv["videos_per_hour"] == pytest.approx(3600 * lv["succeeded"] / lv["wall_s"])
         q = lv["latency_s"]
         assert 0 < q["p50"] <= q["p95"] <= q["p99"] <= q["max"] <= lv["wall_s"]
         assert lv["peak_rss_mb"] > 100 and lv["peak_device_mb"] is None  # a worker holds torch and the model

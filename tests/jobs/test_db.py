@@ -6,14 +6,15 @@ import time
 import pytest
 from sqlalchemy import func, inspect, select
 
-from jobs.work import leases
-
+from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.connect import current_and_head, make_engine, session_factory
-from jobs.errors import RunNameTaken, SchemaOutOfDate
-from jobs.manifest.load import derive_seed, load_manifest
 from jobs.db.rows import CostRecord, Run, Video, WorkUnit
 from jobs.db.status import IllegalTransition, Status, transition
+from jobs.errors import RunNameTaken, SchemaOutOfDate
+from jobs.manifest import load_manifest
+from jobs.render import record
+from jobs.work import claims
 
 
 def write_manifest(tmp_path, name="night", priority=0, videos=None, extra=""):
@@ -99,7 +100,7 @@ def test_submit_records_run_videos_and_units(factory, registry, tmp_path):
         videos = {v.key: v for v in session.scalars(select(Video))}
         units = list(session.scalars(select(WorkUnit)))
     assert videos["b"].seed == 5
-    assert videos["a"].seed == derive_seed("night", "a"), "a derived seed is recorded"
+    assert videos["a"].seed == 580902535170594075, "a derived seed is recorded (tests/jobs/test_manifest.py)"
     assert {Status(v.status) for v in videos.values()} == {Status.PENDING}
     assert len(units) == 2 and {u.shape_key for u in units} == {"tiny|64x64|f9|s4|g5"}
 
@@ -128,13 +129,13 @@ def test_claim_takes_one_shape_highest_priority_first(factory, registry, tmp_pat
                                                              for i in range(3)]), registry=registry)
     queries.submit_run(factory, low, output="file:///tmp/out/")
     queries.submit_run(factory, high, output="file:///tmp/out/")
-    first = leases.claim_batch(factory, owner="w1", max_batch=2, lease_s=60)
+    first = claims.claim_batch(factory, owner="w1", max_batch=2, lease_s=60)
     assert first.batch.shape.steps == 2 and [u.key for u in first.units] == ["h0", "h1"]
-    second = leases.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
+    second = claims.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
     assert [u.key for u in second.units] == ["h2"], "a batch holds one shape only"
-    third = leases.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
+    third = claims.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
     assert [u.key for u in third.units] == ["l0", "l1", "l2"] and third.batch.shape.steps == 4
-    assert leases.claim_batch(factory, owner="w1", max_batch=8, lease_s=60) is None
+    assert claims.claim_batch(factory, owner="w1", max_batch=8, lease_s=60) is None
     with factory() as session:
         assert {Status(v.status) for v in session.scalars(select(Video))} == {Status.RUNNING}
 
@@ -146,7 +147,7 @@ def test_concurrent_claims_are_disjoint(factory, registry, tmp_path):
     taken: list[list[int]] = [[], []]
 
     def claimer(slot):
-        while (claim := leases.claim_batch(factory, owner=f"w{slot}", max_batch=3, lease_s=60)) is not None:
+        while (claim := claims.claim_batch(factory, owner=f"w{slot}", max_batch=3, lease_s=60)) is not None:
             taken[slot].extend(u.unit_id for u in claim.units)
 
     threads = [threading.Thread(target=claimer, args=(i,)) for i in range(2)]
@@ -161,14 +162,14 @@ def test_concurrent_claims_are_disjoint(factory, registry, tmp_path):
 def test_success_is_fenced_and_records_one_cost_row(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path), registry=registry)
     queries.submit_run(factory, spec, output="file:///tmp/out/")
-    claim = leases.claim_batch(factory, owner="w1", max_batch=1, lease_s=60)
+    claim = claims.claim_batch(factory, owner="w1", max_batch=1, lease_s=60)
     unit = claim.units[0]
-    out = leases.VideoOutput("file:///tmp/out/night/a.mp4", 1234, "ab" * 32, 3.0, 0.5, 0.5)
-    rate = leases.Rate(3.6, "test rate")
-    stale = leases.ClaimedUnit(**{**unit.__dict__, "token": unit.token - 1})
-    assert leases.record_success(factory, stale, out, rate) is False, "a stale lease token writes nothing"
-    assert leases.record_success(factory, unit, out, rate) is True
-    assert leases.record_success(factory, unit, out, rate) is False, "a finished unit is never written twice"
+    out = record.VideoOutput("file:///tmp/out/night/a.mp4", 1234, "ab" * 32, 3.0, 0.5, 0.5)
+    rate = Rate(3.6, "test rate")
+    stale = claims.ClaimedUnit(**{**unit.__dict__, "token": unit.token - 1})
+    assert record.record_success(factory, stale, out, rate) is False, "a stale lease token writes nothing"
+    assert record.record_success(factory, unit, out, rate) is True
+    assert record.record_success(factory, unit, out, rate) is False, "a finished unit is never written twice"
     with factory() as session:
         video = session.get(Video, unit.video_id)
         costs = list(session.scalars(select(CostRecord)))

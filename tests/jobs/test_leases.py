@@ -12,13 +12,15 @@ import pytest
 from sqlalchemy import func, select, update
 
 from engine.engine import Engine
-from jobs.work import leases
+from jobs.cost.prices import Rate
 from jobs.db import queries
-from jobs.manifest.load import load_manifest
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
+from jobs.db.status import Status
+from jobs.manifest import load_manifest
+from jobs.render import record
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
-from jobs.db.status import Status
+from jobs.work import claims, leases
 
 from .test_db import write_manifest
 
@@ -42,7 +44,7 @@ factory = session_factory(sys.argv[1])
 print("ready", flush=True)
 sys.stdin.readline()  # start together, so the claims really race
 taken = []
-while (claim := leases.claim_batch(factory, owner=sys.argv[2], max_batch=7, lease_s=600)) is not None:
+while (claim := claims.claim_batch(factory, owner=sys.argv[2], max_batch=7, lease_s=600)) is not None:
     taken += [u.unit_id for u in claim.units]
     if len(taken) == len(claim.units):
         # After the first claim, wait for the other process's: on a loaded 2-core machine one process could
@@ -70,19 +72,19 @@ def test_two_processes_claim_disjoint_sets(factory, db_url, registry, tmp_path):
 
 def test_expired_lease_is_reaped_and_the_old_holder_is_fenced_out(factory, registry, tmp_path):
     submit(factory, registry, tmp_path, 2)
-    old = leases.claim_batch(factory, owner="frozen", max_batch=8, lease_s=0.05)
+    old = claims.claim_batch(factory, owner="frozen", max_batch=8, lease_s=0.05)
     time.sleep(0.1)
     assert leases.reap_expired(factory, max_attempts=3) == 2
     assert set(statuses(factory).values()) == {Status.PENDING}
-    new = leases.claim_batch(factory, owner="alive", max_batch=8, lease_s=60)
+    new = claims.claim_batch(factory, owner="alive", max_batch=8, lease_s=60)
     assert [u.token for u in new.units] == [u.token + 1 for u in old.units]
-    out = leases.VideoOutput("file:///x.mp4", 1, "ab" * 32, 1.0, 0.0, 0.0)
-    rate = leases.Rate(1.0, "test")
+    out = record.VideoOutput("file:///x.mp4", 1, "ab" * 32, 1.0, 0.0, 0.0)
+    rate = Rate(1.0, "test")
     unit = old.units[0]
-    assert not leases.record_success(factory, unit, out, rate)
-    assert not leases.record_failure(factory, unit, "late")
-    assert leases.record_retry(factory, unit, "late", max_attempts=3, backoff_s=0) is None
-    assert not leases.mark_uploading(factory, unit, "cd" * 32)
+    assert not record.record_success(factory, unit, out, rate)
+    assert not record.record_failure(factory, unit, "late")
+    assert record.record_retry(factory, unit, "late", max_attempts=3, backoff_s=0) is None
+    assert not record.mark_uploading(factory, unit, "cd" * 32)
     assert not leases.release(factory, unit)
     assert leases.renew(factory, old.units, 60) == set()
     assert leases.renew(factory, new.units, 60) == {u.unit_id for u in new.units}
@@ -92,7 +94,7 @@ def test_expired_lease_is_reaped_and_the_old_holder_is_fenced_out(factory, regis
 def test_reaping_past_max_attempts_fails_the_video(factory, registry, tmp_path):
     submit(factory, registry, tmp_path, 1)
     for _ in range(2):
-        leases.claim_batch(factory, owner="dies", max_batch=1, lease_s=0.01)
+        claims.claim_batch(factory, owner="dies", max_batch=1, lease_s=0.01)
         time.sleep(0.05)
         leases.reap_expired(factory, max_attempts=2)
     assert statuses(factory) == {"v0": Status.FAILED}
@@ -103,15 +105,15 @@ def test_reaping_past_max_attempts_fails_the_video(factory, registry, tmp_path):
 
 def test_retry_waits_out_its_backoff_and_a_split_batch_retries_alone(factory, registry, tmp_path):
     submit(factory, registry, tmp_path, 3)
-    claim = leases.claim_batch(factory, owner="w", max_batch=8, lease_s=60)
+    claim = claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60)
     for unit in claim.units:
-        assert leases.record_retry(factory, unit, "boom", max_attempts=3, backoff_s=0.3, solo=True) is True
-    assert leases.claim_batch(factory, owner="w", max_batch=8, lease_s=60) is None, "still backing off"
-    assert not leases.claimable(factory)
+        assert record.record_retry(factory, unit, "boom", max_attempts=3, backoff_s=0.3, solo=True) is True
+    assert claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60) is None, "still backing off"
+    assert not claims.any_claimable(factory)
     time.sleep(0.35)
-    assert leases.claimable(factory)
+    assert claims.any_claimable(factory)
     sizes = []
-    while (c := leases.claim_batch(factory, owner="w", max_batch=8, lease_s=60)) is not None:
+    while (c := claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60)) is not None:
         sizes.append(len(c.units))
     assert sizes == [1, 1, 1], "units of a failed batch are claimed one at a time"
 
@@ -122,7 +124,7 @@ def test_waiting_work_ages_past_newer_higher_priority_work(factory, registry, tm
     # Make the priority-0 work 11 minutes older: more than one level of aging (600 s).
     with factory.begin() as s:
         s.execute(update(WorkUnit).where(WorkUnit.priority == 0).values(rank=WorkUnit.rank + 660))
-    first = leases.claim_batch(factory, owner="w", max_batch=8, lease_s=60)
+    first = claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60)
     assert first.units[0].run_name == "old"
     assert queries.unit_rank(9, utcnow()) > queries.unit_rank(0, utcnow() - timedelta(minutes=89))
     assert queries.unit_rank(9, utcnow()) < queries.unit_rank(0, utcnow() - timedelta(minutes=91))
@@ -130,7 +132,7 @@ def test_waiting_work_ages_past_newer_higher_priority_work(factory, registry, tm
 
 def test_cancel_and_resume_are_idempotent(factory, registry, tmp_path):
     submit(factory, registry, tmp_path, 3)
-    running = leases.claim_batch(factory, owner="w", max_batch=1, lease_s=60)
+    running = claims.claim_batch(factory, owner="w", max_batch=1, lease_s=60)
     assert queries.cancel_run(factory, "r") == ("r", 2)
     assert queries.cancel_run(factory, "r") == ("r", 0)
     assert sorted(statuses(factory).values()) == [Status.CANCELLED, Status.CANCELLED, Status.RUNNING]
@@ -162,9 +164,9 @@ def worker_settings(db_url, model_cache):
 def drain(settings, engine, factory, limit=30):
     results = []
     for _ in range(limit):
-        if not leases.claimable(factory):
+        if not claims.any_claimable(factory):
             time.sleep(0.05)  # a retry may still be backing off
-            if not leases.claimable(factory):
+            if not claims.any_claimable(factory):
                 break
         results.append(render_next_batch(settings, engine, factory))
     return results

@@ -12,11 +12,12 @@ from sqlalchemy import select
 
 from engine.engine import Engine
 from jobs.cost import ledger
+from jobs.cost.meter import Meter
+from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.connect import session_factory
-from jobs.cost.ledger import Meter, Rate
-from jobs.manifest.load import load_manifest
 from jobs.db.rows import CostRecord, Video, WorkerSession, utcnow
+from jobs.manifest import load_manifest
 from jobs.render.batch import Finisher, render_next_batch
 from jobs.reports.summary import report_dict
 from jobs.settings import Settings
@@ -54,15 +55,15 @@ def world(tmp_path, db_url, model_cache, registry, monkeypatch):
         return rendered
 
     monkeypatch.setattr(engine, "render", render)
-    import jobs.render.batch as render_module
+    import jobs.render.store as store_module
 
-    real_encode = render_module.encode_mp4
+    real_encode = store_module.encode_mp4
 
     def encode(frames, fps):
         clock.advance(ENCODE_S)
         return real_encode(frames, fps)
 
-    monkeypatch.setattr(render_module, "encode_mp4", encode)
+    monkeypatch.setattr(store_module, "encode_mp4", encode)
 
     def submit(name: str, videos: int):
         manifest = tmp_path / f"{name}.yaml"
@@ -79,9 +80,9 @@ def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch)
     meter = Meter(RATE, factory, "test-worker", clock=clock)
     first = submit("a", 5)
     # The store refuses v1's first upload: that attempt (its render share and its encode) is a "retry" charge.
-    import jobs.render.batch as render_module
+    from jobs.render import keys
 
-    real_store_for = render_module.store_for
+    real_store_for = keys.store_for
     refused = []
 
     class FlakyStore:
@@ -97,7 +98,7 @@ def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch)
         def __getattr__(self, name):
             return getattr(self.store, name)
 
-    monkeypatch.setattr(render_module, "store_for", lambda prefix: FlakyStore(real_store_for(prefix)))
+    monkeypatch.setattr(keys, "store_for", lambda prefix: FlakyStore(real_store_for(prefix)))
 
     meter.open()
     clock.advance(30)  # loading the model
@@ -145,6 +146,7 @@ def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch)
         run_ledger = ledger.run_ledger(factory, run_id)
         assert run_ledger["idle_usd"] == pytest.approx(idle_micro * share / 1e6)
         assert run_ledger["utilisation"] == pytest.approx(charged / up)
+        assert run_ledger["usd_per_charged_s"] == pytest.approx(0.001), "$3.60 an hour, as its records were charged"
         run_row, videos = queries.load_report(factory, str(run_id))
         report = report_dict(run_row, videos, settings.price(), run_ledger)
         cost = report["cost"]

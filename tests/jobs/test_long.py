@@ -11,14 +11,14 @@ from sqlalchemy import select
 from engine.engine import Engine
 from engine.models import TINY
 from engine.types import RenderRequest, Shape
-from jobs.work import leases
 from jobs.db import queries
 from jobs.db.connect import session_factory
-from jobs.manifest.load import derive_seed, load_manifest
 from jobs.db.rows import CostRecord, Video, WorkUnit
+from jobs.db.status import Status
+from jobs.manifest import derive_seed, load_manifest
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
-from jobs.db.status import Status
+from jobs.work import claims, leases
 from storage.encode import decode_frames, probe_mp4
 
 WINDOW = Shape("tiny", 64, 64, TINY.max_frames, 2, 5.0)  # 33 frames
@@ -109,7 +109,7 @@ def test_a_worker_lost_between_chunks_resumes_from_the_checkpoint(farm):
     the unfinished chunks render again: chunk 0 is never claimed twice."""
     settings, factory, engine, out, decoded = farm
     render_next_batch(settings, engine, factory)  # chunk 0 and the short videos
-    dead = leases.claim_batch(factory, owner="dead-worker", max_batch=4, lease_s=0.3)
+    dead = claims.claim_batch(factory, owner="dead-worker", max_batch=4, lease_s=0.3)
     assert [(u.key, u.chunk) for u in dead.units] == [("long", 1)]
     time.sleep(0.5)
     assert leases.reap_expired(factory, max_attempts=3) == 1

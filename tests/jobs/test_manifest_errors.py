@@ -4,10 +4,9 @@
 import pytest
 
 from jobs.errors import UsageError
-from jobs.manifest.load import ManifestError
+from jobs.manifest import ManifestError
 
 from .manifest_helpers import expect, load, one_video, write
-
 
 # --- Errors: shape --------------------------------------------------------------------------------------------------
 

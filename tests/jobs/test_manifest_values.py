@@ -3,10 +3,9 @@
 
 import pytest
 
-from jobs.manifest.load import ManifestError
+from jobs.manifest import ManifestError
 
 from .manifest_helpers import expect, load, one_video, write
-
 
 # --- Errors: structure ----------------------------------------------------------------------------------------------
 

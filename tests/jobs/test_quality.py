@@ -35,7 +35,6 @@ def test_quality_reproduces_the_references_and_gates_on_the_targets(reelbatch):
     assert report["count"] == 16 and report["model"] == "toy-quick" and report["targets"] == TARGETS
     assert report["shape"] == {"width": 32, "height": 32, "frames": 9, "steps": 20, "guidance": 2.0, "fps": 8}
     assert set(report["adherence"]) == {"colour", "shape", "direction", "background", "all_four"}
-    assert all(0.0 <= v <= 1.0 for v in report["adherence"].values())
     # The references were rendered in exact mode (diffusers' loop); the default engine batches guidance and must
     # stay within float rounding of them.
     ref = report["reference"]

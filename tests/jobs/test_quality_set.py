@@ -4,7 +4,8 @@ import numpy as np
 
 from engine.toy.world import ATTRIBUTES, BACKGROUNDS, COLOURS, DIRECTIONS, SHAPES, parse_prompt
 from engine.types import Shape
-from jobs.quality.evaluate import REFERENCE_PSNR_DB, Case, compare_references, sample_set, save_references
+from jobs.quality.evaluate import REFERENCE_PSNR_DB, compare_references, save_references
+from jobs.quality.sample import Case, sample_set
 
 VALUES = {"colour": set(COLOURS), "shape": set(SHAPES), "direction": set(DIRECTIONS), "background": set(BACKGROUNDS)}
 

@@ -4,9 +4,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from jobs.cost.prices import Price
 from jobs.db.rows import Run, Video
-from jobs.reports.summary import Price, failure_reason, report_dict
 from jobs.db.status import Status
+from jobs.reports.html import html_report
+from jobs.reports.summary import failure_reason, report_dict
 
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=timezone.utc)
 
@@ -57,6 +59,16 @@ def test_report_summary_numbers():
     assert idle["cost"]["per_successful_video_excluding_idle_usd"] == pytest.approx(0.018)
     assert idle["cost"]["per_video_second_usd"] == pytest.approx(0.004)
     assert idle["gross_margin"]["gross_margin"] == pytest.approx(1 - 0.04 / 0.6)
+
+
+def test_the_html_cost_by_stage_uses_the_rate_the_run_was_charged_at():
+    """Stage seconds priced at the run's own recorded rate ($0.001 a second here), not today's setting, so an old
+    run's page keeps its numbers: 48 s of denoising is $0.048, 1 s of decoding $0.001."""
+    run = Run(id=7, name="night", model="tiny", output="file:///o/", priority=0, source="m.yaml", created_at=T0)
+    rows = [(video("a", Status.SUCCEEDED, start=10, end=40, render=20.0), 10_000),
+            (video("b", Status.SUCCEEDED, start=20, end=110, render=30.0), 20_000)]
+    page = html_report(report_dict(run, rows, Price(0.06, "p")), run, rows, lambda v: None, usd_per_worker_s=0.001)
+    assert "<title>denoise: 0.048 USD</title>" in page and "<title>decode: 0.001 USD</title>" in page
 
 
 def test_a_run_with_nothing_done_reports_no_rates():

@@ -14,12 +14,21 @@ from sqlalchemy import func, select
 
 from jobs.db import queries
 from jobs.db.connect import session_factory
-from jobs.errors import UsageError
-from jobs.manifest.load import load_manifest
 from jobs.db.rows import Firing, Run, Schedule, Video, utcnow
-from jobs.work.schedules import (MAX_SCHEDULE_NAME, RESUME_AFTER, add_schedule, due_fire_time, fire_due, list_schedules,
-                            remove_schedule)
+from jobs.errors import UsageError
+from jobs.manifest import load_manifest
 from jobs.settings import Settings
+from jobs.work import firing
+from jobs.work.app import create_app
+from jobs.work.schedules import (
+    MAX_SCHEDULE_NAME,
+    RESUME_AFTER,
+    add_schedule,
+    due_fire_time,
+    list_schedules,
+    remove_schedule,
+)
+from jobs.work.tickets import send_tickets
 
 UTC = timezone.utc
 # Far after any schedule a test adds, so the fire times are after the schedule's creation.
@@ -31,21 +40,21 @@ BAD = "name: ignored\nvideos:\n  - id: a\n    prompt: ok\n    seeed: 3\n  - id: 
 @pytest.fixture(scope="module")
 def celery(tmp_path_factory):
     """A Celery app on a SQLite broker file of this module's own (the tickets are counted there)."""
-    import jobs.work.app  # first: importing it later would make its own app current again
-
     path = tmp_path_factory.mktemp("broker") / "broker.db"
     settings = dataclasses.replace(Settings.from_env({}), broker_url=f"sqla+sqlite:///{path}")
-    return jobs.work.app.create_app(settings), path
+    return create_app(settings), path
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def broker(celery):
-    """Make this module's app the one tasks are sent through, in this thread and (as a worker does, see
-    celery.app.trace.setup_worker_optimizations) in new ones; other tests may have made another app current."""
-    app, path = celery
-    app.set_current()
-    app.set_default()
-    return path
+    return celery[1]
+
+
+@pytest.fixture
+def fire_due(celery):
+    """jobs.work.firing.fire_due sending its tickets through this module's app, as the worker's task does."""
+    app = celery[0]
+    return lambda factory, settings, now: firing.fire_due(factory, settings, now, lambda n: send_tickets(app, n))
 
 
 def tickets(broker) -> int:
@@ -128,7 +137,7 @@ def test_due_fire_time_is_the_latest_at_or_before_now_after_creation():
     assert due_fire_time("* * * * * */2", created, two + timedelta(seconds=5.9)) == two + timedelta(seconds=4)
 
 
-def test_a_firing_makes_one_run_named_after_its_fire_time_and_fires_once(factory, settings, tmp_path, broker):
+def test_a_firing_makes_one_run_named_after_its_fire_time_and_fires_once(fire_due, factory, settings, tmp_path, broker):
     add_schedule(factory, "nightly", str(manifest(tmp_path)), "0 2 * * *")
     before = tickets(broker)
     (result,) = fire_due(factory, settings, NIGHT)
@@ -175,7 +184,7 @@ def race(callers: int, call) -> list:
     return results
 
 
-def test_concurrent_callers_make_one_firing_and_one_run(factory, settings, tmp_path, broker):
+def test_concurrent_callers_make_one_firing_and_one_run(fire_due, factory, settings, tmp_path, broker):
     add_schedule(factory, "nightly", str(manifest(tmp_path)), "0 2 * * *")
     before = tickets(broker)
     results = race(4, lambda: fire_due(factory, settings, NIGHT))
@@ -197,7 +206,7 @@ def _left_in_progress(factory, schedule: str, fire_time: datetime, age: timedelt
         s.add(Firing(schedule_id=schedule_id, fire_time=fire_time, ok=False, created_at=touched, updated_at=touched))
 
 
-def test_a_firing_left_in_progress_is_finished_once_after_resume_after(factory, settings, tmp_path):
+def test_a_firing_left_in_progress_is_finished_once_after_resume_after(fire_due, factory, settings, tmp_path):
     add_schedule(factory, "nightly", str(manifest(tmp_path)), "0 2 * * *")
     fire_time = datetime(2099, 1, 1, 2, 0, tzinfo=UTC)
     _left_in_progress(factory, "nightly", fire_time, age=timedelta(seconds=5))
@@ -214,7 +223,7 @@ def test_a_firing_left_in_progress_is_finished_once_after_resume_after(factory, 
     assert count(factory, Firing) == 2 and count(factory, Firing, Firing.ok.is_(True)) == 2
 
 
-def test_a_run_made_before_the_crash_is_adopted_not_made_again(factory, settings, registry, tmp_path):
+def test_a_run_made_before_the_crash_is_adopted_not_made_again(fire_due, factory, settings, registry, tmp_path):
     path = manifest(tmp_path)
     add_schedule(factory, "nightly", str(path), "0 2 * * *")
     spec = load_manifest(path, registry=registry, name="nightly-20990101T020000Z")
@@ -227,7 +236,7 @@ def test_a_run_made_before_the_crash_is_adopted_not_made_again(factory, settings
     assert count(factory, Run) == 1
 
 
-def test_a_bad_manifest_is_a_failed_firing_and_other_schedules_still_fire(factory, settings, tmp_path):
+def test_a_bad_manifest_is_a_failed_firing_and_other_schedules_still_fire(fire_due, factory, settings, tmp_path):
     broken, gone = manifest(tmp_path, name="broken.yaml"), manifest(tmp_path, name="gone.yaml")
     add_schedule(factory, "broken", str(broken), "0 2 * * *")
     add_schedule(factory, "gone", str(gone), "0 2 * * *")
@@ -246,7 +255,7 @@ def test_a_bad_manifest_is_a_failed_firing_and_other_schedules_still_fire(factor
     assert fire_due(factory, settings, NIGHT) == [], "a failed firing is final: the fire time is not retried"
 
 
-def test_an_s3_manifest_is_checked_when_added_and_read_at_each_firing(tmp_path, s3_env):
+def test_an_s3_manifest_is_checked_when_added_and_read_at_each_firing(fire_due, tmp_path, s3_env):
     bucket, s3 = s3_env, boto3.client("s3")
     uri = f"s3://{bucket}/schedules/spring.yaml"
     s3.put_object(Bucket=bucket, Key="schedules/spring.yaml", Body=GOOD.encode())

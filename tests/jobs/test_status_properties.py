@@ -4,17 +4,20 @@ only along legal transitions, a succeeded video never changes again, and it has 
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sqlalchemy import func, select, update
 
 from engine.models import Registry
-from jobs.work import leases
+from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.connect import session_factory
-from jobs.manifest.load import load_manifest
 from jobs.db.rows import CostRecord, Run, Video, WorkUnit
 from jobs.db.status import TRANSITIONS, IllegalTransition, Status, transition
+from jobs.manifest import load_manifest
+from jobs.render import record
+from jobs.work import claims, leases
 
 
 @given(st.sampled_from(list(Status)), st.sampled_from(list(Status)))
@@ -40,8 +43,8 @@ def shared(tmp_path_factory):
 
 
 _runs = itertools.count()
-OUT = leases.VideoOutput("file:///x.mp4", 10, "ab" * 32, 1.0, 0.0, 0.0)
-RATE = leases.Rate(3.6, "test")
+OUT = record.VideoOutput("file:///x.mp4", 10, "ab" * 32, 1.0, 0.0, 0.0)
+RATE = Rate(3.6, "test")
 
 
 class Lifecycle(RuleBasedStateMachine):
@@ -56,7 +59,7 @@ class Lifecycle(RuleBasedStateMachine):
         path = self.folder / f"{self.run}.yaml"
         path.write_text(f"name: {self.run}\nvideos:\n" + "".join(f"  - {{id: v{i}, prompt: p}}\n" for i in range(3)))
         queries.submit_run(self.factory, load_manifest(path, registry=Registry()), output="file:///x/")
-        self.held: list[leases.ClaimedUnit] = []
+        self.held: list[claims.ClaimedUnit] = []
         self.seen = self.statuses()
 
     def statuses(self) -> dict[int, Status]:
@@ -65,7 +68,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule(size=st.integers(1, 3))
     def claim(self, size):
-        claim = leases.claim_batch(self.factory, owner="w", max_batch=size, lease_s=600)
+        claim = claims.claim_batch(self.factory, owner="w", max_batch=size, lease_s=600)
         if claim is not None:
             self.held += [u for u in claim.units if u.run_name == self.run]
 
@@ -74,15 +77,15 @@ class Lifecycle(RuleBasedStateMachine):
     def act(self, i, outcome):
         unit = self.held[i % len(self.held)]  # may be stale: its writes must then change nothing
         if outcome == "success":
-            leases.record_success(self.factory, unit, OUT, RATE)
+            record.record_success(self.factory, unit, OUT, RATE)
         elif outcome == "failure":
-            leases.record_failure(self.factory, unit, "bad")
+            record.record_failure(self.factory, unit, "bad")
         elif outcome == "retry":
-            leases.record_retry(self.factory, unit, "flaky", max_attempts=2, backoff_s=0)
+            record.record_retry(self.factory, unit, "flaky", max_attempts=2, backoff_s=0)
         elif outcome == "release":
             leases.release(self.factory, unit)
         else:
-            leases.mark_uploading(self.factory, unit, "cd" * 32)
+            record.mark_uploading(self.factory, unit, "cd" * 32)
 
     @rule()
     def expire_and_reap(self):

@@ -302,8 +302,9 @@ def test_stat_reports_size_and_checksum_or_none(tmp_path, s3_env):
 
 
 def test_s3_metadata_with_unicode_ids_round_trips_percent_encoded(s3_env):
-    import boto3
     from urllib.parse import unquote
+
+    import boto3
 
     from storage.stores import open_store
 

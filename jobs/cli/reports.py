@@ -1,0 +1,147 @@
+"""`reelbatch report`, `capacity` and `ledger`: what a run did and cost, what a fleet could do, and where every
+worker second went."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from jobs.cli.console import err, fail, out
+from jobs.cost import ledger
+from jobs.cost.capacity import plan
+from jobs.db import queries
+from jobs.db.connect import session_factory
+from jobs.errors import ReelbatchError, UsageError
+from jobs.render.keys import object_key
+from jobs.reports.html import html_report
+from jobs.reports.results import write_results
+from jobs.reports.summary import report_dict
+from jobs.reports.text import print_report
+from jobs.settings import Settings
+from storage.encode import decode_frames
+from storage.stores import StoreError, open_store
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
+
+
+def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: JsonOpt = False,
+           results: Annotated[bool, typer.Option(
+               "--results", help="Also write results.jsonl and errors.jsonl next to the run's videos.")] = False,
+           html_file: Annotated[Optional[Path], typer.Option(
+               "--html", help="Also write a self-contained HTML report (contact sheet, charts) to this file.")] = None,
+           ) -> None:
+    """Counts, failures by reason, throughput, queue wait and render latency percentiles, stage seconds, cost per
+    successful video and per video-second, gross margin, and per-video outputs, checksums and cost."""
+    try:
+        settings = Settings.from_env()
+        factory = session_factory(settings.database_url)
+        run_row, videos = queries.load_report(factory, run)
+        if results:
+            try:
+                for uri in write_results(factory, run):
+                    err.print(f"wrote {uri}", highlight=False)
+            except StoreError as exc:
+                raise ReelbatchError(f"writing the result files of run {run}: {exc}") from None
+    except ReelbatchError as exc:
+        fail(exc)
+    costs = ledger.run_ledger(factory, run_row.id)
+    data = report_dict(run_row, videos, settings.price(), costs)
+    if html_file is not None:
+        _write_html(html_file, data, run_row, videos, costs["usd_per_charged_s"])
+    if json_:
+        out.print_json(json.dumps(data))
+    else:
+        print_report(out, data)
+
+
+def _write_html(path: Path, data: dict, run_row, videos, usd_per_worker_s: float | None) -> None:
+    store = open_store(run_row.output)
+
+    def frames_of(video):
+        try:
+            return decode_frames(store.get(object_key(run_row.name, video.key)))
+        except StoreError as exc:
+            err.print(f"{video.key}: not in the contact sheet: {exc}", markup=False, highlight=False)
+            return None
+
+    try:
+        path.write_text(html_report(data, run_row, videos, frames_of, usd_per_worker_s), encoding="utf-8")
+    except OSError as exc:
+        fail(UsageError(f"--html: cannot write {path}: {exc.strerror}"))
+    err.print(f"wrote {path}", highlight=False)
+
+
+def capacity(
+    run: Annotated[str, typer.Option("--run", help="A finished run (name or id) to plan from.")],
+    gpus: Annotated[int, typer.Option("--gpus", min=1, max=100000, help="GPUs to plan for.")] = 1,
+    run_gpus: Annotated[int, typer.Option("--run-gpus", min=1, max=100000,
+                                          help="GPUs (workers) that rendered the run.")] = 1,
+    headroom: Annotated[float, typer.Option("--headroom", min=0, max=0.9, help="Budget headroom.")] = 0.2,
+    json_: JsonOpt = False,
+) -> None:
+    """Videos per day and month, cost per video and margin for N GPUs at three levels (theoretical ceiling,
+    sustainable, budget), from what RUN measured, with every assumption printed."""
+    try:
+        settings = Settings.from_env()
+        factory = session_factory(settings.database_url)
+        run_row, videos = queries.load_report(factory, run)
+        try:
+            result = plan(run_row, videos, gpus=gpus, run_gpus=run_gpus, gpu_hour_usd=settings.gpu_hour_usd,
+                          gpu_hour_source=settings.gpu_hour_source, price=settings.price(), headroom=headroom,
+                          session_utilisation=ledger.run_ledger(factory, run_row.id)["utilisation"])
+        except ValueError as exc:
+            raise UsageError(f"--run {run}: {exc}") from None
+    except ReelbatchError as exc:
+        fail(exc)
+    if json_:
+        out.print_json(json.dumps(result))
+        return
+    out.print(f"[bold]capacity[/bold] of {gpus} GPU(s), from run {result['run']}", highlight=False)
+    table = Table("level", "videos/hour", "videos/day", "videos/month", "cost/video $", "margin", box=None)
+    for lv in result["levels"]:
+        table.add_row(lv["name"], f"{lv['videos_per_hour']:.1f}", f"{lv['videos_per_day']:.0f}",
+                      f"{lv['videos_per_month']:.0f}", f"{lv['cost_per_video_usd']:.6f}", f"{lv['gross_margin']:.1%}")
+    out.print(table)
+    a = result["assumptions"]
+    out.print(f"assumptions: {a['gpu_seconds_per_successful_video']:.2f} GPU-s per successful video; utilisation "
+              f"measured {a['measured_utilisation']:.0%} ({a['utilisation_source']}) on {a['run_gpus']} GPU(s), "
+              f"used "
+              f"{a['utilisation_used']:.0%} (capped at {a['utilisation_cap']:.0%}); retry rate {a['retry_rate']:.1%}; "
+              f"headroom {a['headroom']:.0%}; ${a['gpu_hour_usd']:g}/GPU-hour ({a['gpu_hour_source']}); "
+              f"${a['price_per_video_second_usd']:g}/video-second ({a['price_source']}), mean video "
+              f"{a['mean_video_length_s']:.2f} s; {a['days_per_month']} days a month. {a['note']}.", highlight=False)
+
+
+def ledger_cmd(json_: JsonOpt = False) -> None:
+    """Every worker session's up time at its rate, split into what was charged to videos and what was idle.
+
+    Charged plus idle equals up time x rate for each session, to rounding; `report RUN` spreads idle time over the
+    successful videos of the runs each session served."""
+    try:
+        settings = Settings.from_env()
+        rows = ledger.sessions(session_factory(settings.database_url))
+    except ReelbatchError as exc:
+        fail(exc)
+    data = {
+        "sessions": [dataclasses.asdict(r) for r in rows],
+        "total_usd": sum(r.total_micro_usd for r in rows) / 1e6,
+        "charged_usd": sum(r.charged_micro_usd for r in rows) / 1e6,
+        "idle_usd": sum(r.idle_micro_usd for r in rows) / 1e6,
+    }
+    if json_:
+        out.print_json(json.dumps(data))
+        return
+    table = Table("session", "worker", "state", "up s", "charged s", "idle s", "up $", "charged $", "idle $",
+                  "rate", box=None, pad_edge=False)
+    for r in rows:
+        table.add_row(str(r.id), r.owner, r.state, f"{r.up_s:.1f}", f"{r.charged_s:.1f}", f"{r.idle_s:.1f}",
+                      f"{r.total_micro_usd / 1e6:.6f}", f"{r.charged_micro_usd / 1e6:.6f}",
+                      f"{r.idle_micro_usd / 1e6:.6f}", f"${r.rate_usd_per_hour:g}/h ({r.rate_source})")
+    out.print(table)
+    out.print(f"{len(rows)} worker sessions: ${data['total_usd']:.6f} up = ${data['charged_usd']:.6f} charged to "
+              f"videos + ${data['idle_usd']:.6f} idle", highlight=False)

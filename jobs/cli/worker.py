@@ -1,0 +1,53 @@
+"""`reelbatch worker`: a Celery worker that claims and renders queued work, with this command's settings."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from jobs.cli.console import fail
+from jobs.db.connect import session_factory
+from jobs.errors import ReelbatchError, UsageError
+from jobs.settings import Settings
+
+
+def worker(
+    queue: Annotated[Optional[str], typer.Option(help="Queue to consume (default REELBATCH_QUEUE, else render).")] = None,
+    concurrency: Annotated[int, typer.Option(help="Processes that render (one per GPU).")] = 1,
+    pool: Annotated[str, typer.Option(help="solo: render in this process; prefork: in child processes, with hard "
+                                           "time limits (CUDA starts only in the children).")] = "solo",
+    max_batch: Annotated[Optional[int], typer.Option(min=1, help="Largest same-shape batch (default REELBATCH_MAX_BATCH).")] = None,
+    gpu_rate: Annotated[Optional[float], typer.Option(min=0.000001, help="USD per GPU-hour for cost records (default REELBATCH_GPU_HOUR_USD).")] = None,
+    loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
+    log_format: Annotated[str, typer.Option("--log-format", help="text, or json: one JSON object per line, with "
+                                                                 "the batch's run and video ids.")] = "text",
+) -> None:
+    """Run a Celery worker that claims and renders queued work. SIGTERM: finish the batch in hand, then stop."""
+    if pool not in ("solo", "prefork"):
+        fail(UsageError(f"--pool must be solo or prefork, got {pool!r}"))
+    if log_format not in ("text", "json"):
+        fail(UsageError(f"--log-format must be text or json, got {log_format!r}"))
+    if pool == "solo" and concurrency != 1:
+        fail(UsageError("--pool solo renders in one process: use --pool prefork for --concurrency above 1"))
+    # Here, not at the top: Celery and the render path (torch) only for the command that renders.
+    from jobs.work import process
+    from jobs.work.app import check_worker_config, control_queue, create_app
+
+    try:
+        settings = Settings.from_env().with_options(max_batch=max_batch, gpu_hour_usd=gpu_rate, queue=queue)
+        session_factory(settings.database_url)  # refuse to start against a schema this code does not know
+        settings.registry()
+        settings.engine_config()
+        check_worker_config(settings)
+    except ReelbatchError as exc:
+        fail(exc)
+    # The task processes read these options from this process's state (a prefork child inherits it when it
+    # forks), never from the environment.
+    process.configure(process.WorkerOptions(settings, pool=pool, log_format=log_format))
+    app = create_app(settings)
+    app.set_current()
+    app.set_default()  # threads of this process (the sweeper) send tickets through it
+    queues = f"{settings.queue},{control_queue(settings)}"
+    app.worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", loglevel,
+                     "--without-gossip", "--without-mingle"])

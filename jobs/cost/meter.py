@@ -1,0 +1,130 @@
+"""A worker process's clock of paid time (jobs.cost.ledger says how its seconds are split and charged).
+
+`Meter.busy()` marks the main thread rendering; `Meter.uncovered()` measures background work (storing) net of the
+renders it overlapped, so a second is never charged twice; the heartbeat writes the session's up time. The clock is
+injectable, so a test can drive it (tests/jobs/test_ledger.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+from jobs.cost.prices import Rate
+from jobs.db.queries import Factory
+from jobs.db.rows import WorkerSession, utcnow
+
+
+class Span:
+    """The seconds of one `Meter.busy` or `Meter.uncovered` block, readable once the block has ended."""
+
+    seconds: float = 0.0
+
+
+class Meter:
+    """One process's clock of paid time, and its session row (none without a `factory`: benches, tests).
+
+    `busy()` marks the main thread rendering; `uncovered()` measures background work (storing) net of the renders it
+    overlapped. The clock is injectable so a test can drive it.
+    """
+
+    def __init__(self, rate: Rate, factory: Factory | None = None, owner: str = "",
+                 clock: Callable[[], float] = time.monotonic):
+        self.rate, self.factory, self.owner, self.clock = rate, factory, owner, clock
+        self.session_id: int | None = None
+        self._lock = threading.Lock()
+        self._busy_total = 0.0
+        # The render in progress: its videos and its start on the clock (None while the main thread is not busy).
+        self._in_flight: tuple[tuple[int, ...], float] | None = None
+        self._started = clock()
+        self._closed = False
+
+    # ---- the session row -------------------------------------------------------------------------------------------
+
+    def open(self) -> int | None:
+        """Start this process's session (its up time counts from here). Returns its id."""
+        if self.factory is None:
+            return None
+        self._started = self.clock()
+        with self.factory.begin() as s:
+            row = WorkerSession(owner=self.owner, up_s=0.0, rate_usd_per_hour=self.rate.usd_per_hour,
+                                rate_source=self.rate.source)
+            s.add(row)
+            s.flush()
+            self.session_id = row.id
+        return self.session_id
+
+    def up_s(self) -> float:
+        return self.clock() - self._started
+
+    def heartbeat(self) -> None:
+        """Record the up time and the batch in flight. A session closed by a sweeper (this process was taken for
+        dead) is not written again: a new one starts, so no second is counted twice. Opens the session if opening
+        it failed before (the database was away)."""
+        if self.factory is None or self._closed:
+            return
+        if self.session_id is None:
+            self.open()
+            return
+        with self._lock:
+            in_flight = self._in_flight
+        with self.factory.begin() as s:
+            row = s.get(WorkerSession, self.session_id, with_for_update=True)
+            if row is None or row.ended_at is not None:
+                reopen = True
+            else:
+                reopen = False
+                row.up_s, row.last_seen_at = self.up_s(), utcnow()
+                row.in_flight_videos = ",".join(map(str, in_flight[0])) if in_flight else None
+                row.in_flight_since_s = max(0.0, in_flight[1] - self._started) if in_flight else None
+        if reopen:
+            self.open()
+
+    def close(self) -> None:
+        self._closed = True
+        if self.session_id is None:
+            return
+        with self.factory.begin() as s:
+            row = s.get(WorkerSession, self.session_id, with_for_update=True)
+            if row is not None and row.ended_at is None:
+                row.up_s, row.last_seen_at, row.ended_at, row.end_reason = self.up_s(), utcnow(), utcnow(), "stopped"
+                row.in_flight_videos = row.in_flight_since_s = None
+        self.session_id = None
+
+    # ---- measuring ---------------------------------------------------------------------------------------------------
+
+    def _busy_now(self, now: float) -> float:
+        return self._busy_total + (now - self._in_flight[1] if self._in_flight is not None else 0.0)
+
+    @contextmanager
+    def busy(self, video_ids: Iterable[int] = ()) -> Iterator[Span]:
+        """The main thread renders these videos: its seconds are theirs. Not reentrant (one render at a time)."""
+        span = Span()
+        with self._lock:
+            start = self.clock()
+            self._in_flight = (tuple(video_ids), start)
+        try:
+            yield span
+        finally:
+            with self._lock:
+                end = self.clock()
+                self._busy_total += end - start
+                self._in_flight = None
+            span.seconds = end - start
+
+    @contextmanager
+    def uncovered(self) -> Iterator[Span]:
+        """Background work (storing a batch): its seconds minus those a render (`busy`) covered meanwhile."""
+        span = Span()
+        with self._lock:
+            start = self.clock()
+            busy_start = self._busy_now(start)
+        try:
+            yield span
+        finally:
+            with self._lock:
+                end = self.clock()
+                covered = self._busy_now(end) - busy_start
+            span.seconds = max(0.0, (end - start) - covered)

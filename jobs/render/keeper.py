@@ -1,0 +1,69 @@
+"""A claim's leases, renewed in the background while its batch renders and until it is recorded."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+
+from jobs.db.queries import Factory
+from jobs.work import leases
+from jobs.work.claims import Claim
+
+log = logging.getLogger(__name__)
+
+
+class Stop(str, enum.Enum):
+    """Why a batch's render stops at its next step (the engine raises RenderInterrupted with it)."""
+
+    LEASE_LOST = "lease lost"  # another worker holds the units now; write nothing
+    TIME_LIMIT = "time limit"  # the batch outlived its limit: a failed attempt, retried
+    CANCELLED = "cancelled"  # a run of the batch was cancelled: give the units back
+
+
+class LeaseKeeper:
+    """Renews a claim's leases while it is held (a `with` block), and says when the render should stop.
+
+    It stops renewing at the batch's deadline, so even a worker stuck inside a kernel loses its lease and the
+    reaper hands the work to another worker.
+    """
+
+    def __init__(self, factory: Factory, claim: Claim, lease_s: float, deadline: float):
+        self.factory, self.claim, self.lease_s, self.deadline = factory, claim, lease_s, deadline
+        self.run_ids = {u.run_id for u in claim.units}
+        self.lost = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._renew_loop, name="lease-keeper", daemon=True)
+        self._next_cancel_check = 0.0
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join(timeout=10)
+
+    def _renew_loop(self) -> None:
+        while not self._done.wait(self.lease_s / 3) and time.monotonic() < self.deadline:
+            try:
+                held = leases.renew(self.factory, self.claim.units, self.lease_s)
+            except Exception:  # noqa: BLE001 - the database may be restarting; the next renewal tries again
+                log.warning("lease renewal failed; retrying", exc_info=True)
+                continue
+            if len(held) < len(self.claim.units):
+                self.lost = True
+                return
+
+    def should_stop(self) -> Stop | None:
+        if self.lost:
+            return Stop.LEASE_LOST
+        now = time.monotonic()
+        if now > self.deadline:
+            return Stop.TIME_LIMIT
+        if now >= self._next_cancel_check:  # at most once a second, however fast the steps are
+            self._next_cancel_check = now + 1.0
+            if leases.cancelled_runs(self.factory, self.run_ids):
+                return Stop.CANCELLED
+        return None

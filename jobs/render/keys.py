@@ -1,0 +1,30 @@
+"""Where a run's objects live, written once: a video's key, a chunk checkpoint's key, and the store for a prefix."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from storage.stores import Store, open_store
+
+
+@lru_cache(maxsize=64)
+def store_for(prefix: str) -> Store:
+    """One store per output prefix per process (an S3 client is reused across batches)."""
+    return open_store(prefix)
+
+
+def object_key(run_name: str, video_key: str) -> str:
+    """Deterministic: the same video always lands on the same key, so a retry can never make a second object."""
+    return f"{run_name}/{video_key}.mp4"
+
+
+def checkpoint_key(run_name: str, video_key: str, chunk: int, token: int) -> str:
+    """Where a long video's chunk latents wait for the next chunk and the stitch: beside the run's videos, in a
+    scratch folder, one object per attempt (the lease token), so a retried chunk never conflicts with a lost
+    attempt's object."""
+    return f"_chunks/{run_name}/{video_key}/{chunk}-{token}.safetensors"
+
+
+def result_keys(run_name: str) -> tuple[str, str]:
+    """The run's result files, beside its videos: results.jsonl and errors.jsonl (jobs.reports.results)."""
+    return f"{run_name}/results.jsonl", f"{run_name}/errors.jsonl"

@@ -1,0 +1,169 @@
+"""A rendered batch to the store and the database: each video encoded, stored and recorded (or each chunk of a long
+video checkpointed), each with its typed outcome, handled exhaustively."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from typing_extensions import assert_never
+
+from engine.engine import Engine
+from engine.types import RenderedVideo
+from jobs.cost.meter import Meter
+from jobs.db.queries import Factory
+from jobs.render import keys, record
+from jobs.render.attempts import count_success, retry
+from jobs.render.chunks import drop_checkpoints, stitch_long, store_chunk
+from jobs.render.finisher import BatchResult
+from jobs.render.record import VideoOutput
+from jobs.reports.results import write_if_done
+from jobs.settings import Settings
+from jobs.work import prometheus
+from jobs.work.claims import Claim, ClaimedUnit
+from storage.encode import encode_mp4
+from storage.stores import ObjectConflict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """The video's MP4 is in the store: record its success."""
+
+    out: VideoOutput
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """A long video's chunk (not its last): its latents are checkpointed at `key`; the next chunk may start."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Retry:
+    """This attempt failed for a reason that may pass: retry the video after a backoff."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Another object is at the video's key: fail it now (retrying cannot help)."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class LeaseLost:
+    """The lease was taken over before the upload: whoever holds it now stores the video; write nothing."""
+
+
+StoreOutcome = Stored | Checkpointed | Retry | Conflict | LeaseLost
+
+
+def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit],
+              rendered: list[RenderedVideo], render_share: float, adopted: int, engine: Engine,
+              on_ready: Callable[[int], None] | None, meter: Meter) -> BatchResult:
+    """Store each rendered video (or checkpoint each chunk) and record it. Each is charged its render share plus the
+    seconds its storing took that no render covered (jobs.cost.meter)."""
+    ok = retried = failed = readied = 0
+    for unit, video in zip(todo, rendered):
+        with meter.uncovered() as span:
+            outcome = _attempt(factory, engine, claim, unit, video, settings)
+        spent = render_share + span.seconds
+        match outcome:
+            case Conflict(error):
+                lost = record.record_failure(factory, unit, error, spent, meter.rate, meter.session_id)
+                failed += lost
+                prometheus.VIDEOS.labels("failed").inc(lost)
+            case Retry(error):
+                retried_now = retry(settings, factory, unit, error, meter, spent=spent)
+                retried += retried_now is True
+                failed += retried_now is False
+            case LeaseLost():
+                # Whoever holds the lease now stores this video. A worker whose lease was lost writes nothing,
+                # cost records included: its seconds stay on its session (jobs.cost.ledger).
+                continue
+            case Checkpointed(key):
+                readied += record.record_chunk(factory, unit, key, render_share, video.stages, spent, meter.rate,
+                                               meter.session_id)
+                prometheus.GPU_SECONDS.inc(spent)
+            case Stored(out):
+                out = replace(out, render_s=render_share, charged=spent)
+                recorded = record.record_success(factory, unit, out, meter.rate, settings.storage_price(),
+                                                 meter.session_id)
+                ok += recorded
+                if recorded:
+                    count_success(out)
+                    if unit.chunked:
+                        drop_checkpoints(factory, keys.store_for(unit.output), unit)
+            case _:
+                assert_never(outcome)
+    if readied and on_ready is not None:
+        on_ready(readied)
+    if ok or failed:
+        _results_if_done(factory, {u.run_name for u in todo})
+    return BatchResult(len(claim.units), ok + adopted, retried, failed)
+
+
+def _attempt(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
+             settings: Settings) -> StoreOutcome:
+    """Encode and store one rendered video, or checkpoint one chunk; whatever goes wrong is an outcome."""
+    try:
+        return _store_one(factory, engine, claim, unit, video, settings)
+    except ObjectConflict as exc:
+        return Conflict(f"ObjectConflict: {exc}")
+    except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
+        log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)
+        return Retry(f"{type(exc).__name__}: {exc}")
+
+
+def _store_one(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
+               settings: Settings) -> StoreOutcome:
+    store = keys.store_for(unit.output)
+    if video.error is None and unit.chunked and not unit.last_chunk:
+        return Checkpointed(store_chunk(store, unit, video.latents))
+    if video.error is None and unit.chunked:
+        try:
+            video = stitch_long(factory, store, engine, claim.batch.shape, unit, video)
+        except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
+            log.warning("stitching %s failed: %s", unit.key, exc)
+            return Retry(f"{type(exc).__name__}: {exc}")
+    if video.error is not None:
+        return Retry(video.error)
+    out = _store_video(factory, claim, unit, video, settings.seam_review)
+    return LeaseLost() if out is None else Stored(out)
+
+
+def _store_video(factory: Factory, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
+                 seam_review: float) -> VideoOutput | None:
+    """Encode the frames, record the checksum about to be stored (fenced), upload; None if the lease was lost."""
+    t0 = time.perf_counter()
+    data = encode_mp4(video.frames, unit.fps)
+    digest = hashlib.sha256(data).hexdigest()
+    t1 = time.perf_counter()
+    if not record.mark_uploading(factory, unit, digest):
+        return None
+    stored = keys.store_for(unit.output).put(
+        keys.object_key(unit.run_name, unit.key), data, sha256=digest, content_type="video/mp4",
+        metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": claim.batch.shape.model},
+    )
+    t2 = time.perf_counter()
+    seams = video.seam_score
+    return VideoOutput(stored.uri, stored.bytes, stored.sha256, 0.0, t1 - t0, t2 - t1, dict(video.stages),
+                       seams, seams is not None and seams > seam_review)
+
+
+def _results_if_done(factory: Factory, runs: set[str]) -> None:
+    """The run's results.jsonl and errors.jsonl, once its last video is done (best effort: `reelbatch report RUN
+    --results` writes them again)."""
+    for run in sorted(runs):
+        try:
+            write_if_done(factory, run)
+        except Exception as exc:  # noqa: BLE001 - the videos are stored and recorded; only the summary is missing
+            log.warning("could not write the result files of run %s: %s", run, exc)

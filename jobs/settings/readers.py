@@ -1,0 +1,92 @@
+"""How a setting's text is read: one reader per type, raising BadValue with what the value must be."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+
+class BadValue(ValueError):
+    """The text cannot be read as the variable's type; the message says what it must be."""
+
+
+def text(raw: str) -> str:
+    return raw
+
+
+def number(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadValue("expected a number") from None
+    if not math.isfinite(value):
+        raise BadValue("expected a finite number")
+    return value
+
+
+def positive(raw: str) -> float:
+    value = number(raw)
+    if not value > 0:
+        raise BadValue("must be a positive finite number")
+    return value
+
+
+def price(raw: str) -> float:
+    """A price or a quantity that may be zero (free storage, no egress), never negative."""
+    value = number(raw)
+    if value < 0:
+        raise BadValue("must be zero or a positive finite number")
+    return value
+
+
+def count(raw: str) -> int:
+    """A whole number of at least 1, written as one: `0.5`, `-1` and `4.0` are refused, never truncated."""
+    if not re.fullmatch(r"[0-9]+", raw.strip()) or int(raw) < 1:
+        raise BadValue("must be a whole number of at least 1")
+    return int(raw)
+
+
+def port(raw: str) -> int:
+    if not re.fullmatch(r"[0-9]+", raw.strip()) or not 1 <= int(raw) <= 65535:
+        raise BadValue("must be a TCP port, a whole number from 1 to 65535")
+    return int(raw)
+
+
+def fraction(raw: str) -> float:
+    value = number(raw)
+    if not 0 < value <= 1:
+        raise BadValue("must be in (0, 1]")
+    return value
+
+
+def fraction_or_zero(raw: str) -> float:
+    value = number(raw)
+    if not 0 <= value <= 1:
+        raise BadValue("must be in [0, 1]")
+    return value
+
+
+def switch(raw: str) -> bool:
+    word = raw.strip().lower()
+    if word in ("1", "true", "on", "yes"):
+        return True
+    if word in ("0", "false", "off", "no"):
+        return False
+    raise BadValue("expected 1/0 (or on/off, true/false)")
+
+
+def device(raw: str) -> str:
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]+)?", raw.strip()):
+        raise BadValue("must be auto, cpu, cuda, cuda:N or mps")
+    return raw.strip()
+
+
+def prefixes(raw: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+def path(raw: str) -> Path:
+    return Path(raw).expanduser()
+
+

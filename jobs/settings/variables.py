@@ -1,0 +1,141 @@
+"""The table of settings: every REELBATCH_ environment variable, the Settings field it sets, how it is read, its
+default and what it means. A new setting is a row here and a field on jobs.settings.Settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.errors import UsageError
+from jobs.settings.readers import (
+    BadValue,
+    count,
+    device,
+    fraction,
+    fraction_or_zero,
+    path,
+    port,
+    positive,
+    prefixes,
+    price,
+    switch,
+    text,
+)
+
+# A public on-demand rate for one H200: AWS EC2 Capacity Blocks listed it at about $5.41 per accelerator-hour
+# (2025-2026 price lists; see shared REFERENCES.md "Cost"). Operators set their own rate and source.
+DEFAULT_GPU_HOUR_SOURCE = "AWS EC2 Capacity Blocks, H200, per accelerator-hour (public price list, 2025-2026)"
+# Keeping videos: S3 Standard's first-50-TB price, and internet egress's first tier (AWS public price list,
+# us-east-1, 2025-2026). Egress is charged only when set: many renders never leave the bucket.
+DEFAULT_STORAGE_SOURCE = "AWS S3 Standard, us-east-1, first 50 TB; egress first tier $0.09/GB (public price list)"
+# What a second of generated video sells for, for gross margin: hosted Wan 2.2 A14B is $0.04-0.08 per second by
+# resolution (vendor price pages, 2025-2026); the middle of that range.
+DEFAULT_PRICE_SOURCE = "hosted Wan 2.2 A14B, $0.04-0.08 per video-second (vendor price pages, 2025-2026)"
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str  # the environment variable
+    field: str  # the Settings field it sets
+    read: Callable[[str], object]
+    default: object  # a value, or a callable of no arguments (defaults that depend on the working folder)
+    shown: str  # the default as the docs show it
+    help: str
+
+    def value(self, env: Mapping[str, str]) -> object:
+        raw = env.get(self.name)
+        if raw is None or raw.strip() == "":
+            return self.default() if callable(self.default) else self.default
+        try:
+            return self.read(raw)
+        except BadValue as exc:
+            raise UsageError(f"environment variable {self.name}: {exc}, got {raw!r}") from None
+
+
+V = Variable
+VARIABLES: tuple[Variable, ...] = (
+    # Where things are.
+    V("REELBATCH_DATABASE_URL", "database_url", text, lambda: f"sqlite:///{Path.cwd() / 'reelbatch.db'}",
+      "`sqlite:///./reelbatch.db`", "SQLAlchemy URL: `sqlite:///FILE` or `postgresql+psycopg://USER:PASS@HOST/DB`"),
+    V("REELBATCH_BROKER_URL", "broker_url", text, lambda: f"sqla+sqlite:///{Path.cwd() / 'reelbatch-broker.db'}",
+      "`sqla+sqlite:///./reelbatch-broker.db`",
+      "Celery broker: `redis://HOST:6379/0` in production; the default is kombu's SQLite transport, no server"),
+    V("REELBATCH_OUTPUT", "output", text, "file://./outputs/", "`file://./outputs/`",
+      "where videos go: `file://DIR/` or `s3://BUCKET/PREFIX/` (`AWS_ENDPOINT_URL` points boto3 at an "
+      "S3-compatible store; credentials as usual for boto3)"),
+    V("REELBATCH_ALLOWED_OUTPUTS", "allowed_outputs", prefixes, None, "any",
+      "comma-separated URI prefixes a manifest's `output` must lie under"),
+    V("REELBATCH_MODELS", "models_file", path, None, "only the built-in models",
+      "path of the models file (docs/MODELS.md)"),
+    V("REELBATCH_CACHE_DIR", "cache_dir", path, lambda: Path.home() / ".cache" / "reelbatch", "`~/.cache/reelbatch`",
+      "built models, text embeddings, compile caches and quality gates"),
+    V("REELBATCH_QUEUE", "queue", text, "render", "`render`",
+      "the Celery queue render tickets go to and workers consume (`reelbatch worker --queue`)"),
+    # The engine.
+    V("REELBATCH_MAX_BATCH", "max_batch", count, 4, "4",
+      "largest same-shape batch per pipeline call (`reelbatch worker --max-batch`)"),
+    V("REELBATCH_DEVICE", "device", device, "auto", "`auto`", "`cpu`, `cuda`, `cuda:1`, `mps` or `auto`"),
+    V("REELBATCH_BATCHED_GUIDANCE", "batched_guidance", switch, True, "`1`",
+      "`1`/`0`: classifier-free guidance's two passes in one batched transformer call per step; `0` runs "
+      "diffusers' own loop (with `REELBATCH_FAST_VAE_NORM=0` too, exact mode: bit-identical to a plain "
+      "`WanPipeline` call)"),
+    V("REELBATCH_FAST_VAE_NORM", "fast_vae_norm", switch, True, "`1`",
+      "`1`/`0`: the VAE's channel norms as a sum of squares instead of `F.normalize` (the same values to one "
+      "float32 ulp; on a CPU the norm kernel was half of a small model's decode)"),
+    V("REELBATCH_OVERLAP", "overlap", switch, True, "`1`",
+      "`1`/`0`: a worker encodes, stores and records batch k on a background thread while batch k+1 renders"),
+    V("REELBATCH_COMPILE", "compile", switch, False, "`0`",
+      "`1`/`0`: `torch.compile` of the transformer's repeated blocks, once per input shape per worker, cached under "
+      "`REELBATCH_CACHE_DIR/inductor/`; a worker's first ticket compiles the shapes waiting before it claims"),
+    V("REELBATCH_ATTENTION", "attention", text, "native", "`native`",
+      "the transformer's attention kernel, a diffusers attention-backend name: `native` is torch's SDPA; "
+      "`flash`, `_flash_3`, `sage` where those packages are installed"),
+    V("REELBATCH_TEXT_CACHE", "text_cache", switch, True, "`1`",
+      "`1`/`0`: keep text embeddings in memory and under `REELBATCH_CACHE_DIR/text-embeddings/` (exact)"),
+    V("REELBATCH_OFFLOAD_TEXT_ENCODER", "offload_text_encoder", switch, False, "`0`",
+      "`1`/`0`: with the text cache on and a GPU, the text encoder waits in CPU memory and visits the GPU only for "
+      "texts the cache lacks (exact); on an H200 a batch of new prompts spent 6-8 s moving it"),
+    V("REELBATCH_STEP_CACHE", "step_cache", fraction_or_zero, 0.0, "`0`",
+      "lossy: diffusers' first-block cache threshold; `0` is off. Used only behind a passing quality gate"),
+    V("REELBATCH_GUIDANCE_FRACTION", "guidance_fraction", fraction, 1.0, "`1`",
+      "lossy: classifier-free guidance on this fraction of the steps (the first ones); gated"),
+    V("REELBATCH_STEP_SCALE", "step_scale", fraction, 1.0, "`1`",
+      "lossy: render this fraction of each video's requested steps; gated"),
+    V("REELBATCH_SEAM_REVIEW", "seam_review", positive, 2.0, "2",
+      "a long video whose seam score is above this is marked `needs_review` in reports"),
+    # Faults and limits.
+    V("REELBATCH_LEASE_S", "lease_s", positive, 120.0, "120",
+      "how long a worker's claim lasts unless renewed (it is renewed while rendering)"),
+    V("REELBATCH_MAX_ATTEMPTS", "max_attempts", count, 3, "3", "attempts before a video fails with its last error"),
+    V("REELBATCH_RETRY_BACKOFF_S", "retry_backoff_s", positive, 10.0, "10",
+      "first retry's wait; doubles per retry, capped at 600"),
+    V("REELBATCH_TIME_LIMIT_S", "time_limit_s", positive, 1800.0, "1800",
+      "time allowed for a batch of one 480p 81-frame 50-step video; scaled by work"),
+    V("REELBATCH_MIN_TIME_LIMIT_S", "min_time_limit_s", positive, 60.0, "60", "the least time any batch gets"),
+    V("REELBATCH_MAX_RENDER_S", "max_render_s", positive, 4 * 3600.0, "14400",
+      "hard limit on one task (prefork pool)"),
+    V("REELBATCH_VISIBILITY_TIMEOUT_S", "visibility_timeout_s", positive, 6 * 3600.0, "21600",
+      "Redis/SQS redelivery timeout; must exceed `REELBATCH_MAX_RENDER_S` (celery#2599)"),
+    V("REELBATCH_METRICS_PORT", "metrics_port", port, None, "off",
+      "serve Prometheus metrics from each rendering process on this port (a prefork child on port + its index + 1)"),
+    # Money.
+    V("REELBATCH_GPU_HOUR_USD", "gpu_hour_usd", positive, 5.41, "5.41",
+      "the price of one GPU-hour, for cost records (`reelbatch worker --gpu-rate`)"),
+    V("REELBATCH_GPU_HOUR_SOURCE", "gpu_hour_source", text, DEFAULT_GPU_HOUR_SOURCE, DEFAULT_GPU_HOUR_SOURCE,
+      "where that price comes from; stored with every cost record"),
+    V("REELBATCH_STORAGE_GB_MONTH_USD", "storage_gb_month_usd", price, 0.023, "0.023",
+      "storage price per GB-month, charged on each stored video"),
+    V("REELBATCH_RETENTION_MONTHS", "retention_months", price, 1.0, "1",
+      "months a video is kept, for its storage charge"),
+    V("REELBATCH_EGRESS_GB_USD", "egress_gb_usd", price, 0.0, "0",
+      "egress price per GB, charged once per video when set (0: not charged)"),
+    V("REELBATCH_STORAGE_SOURCE", "storage_source", text, DEFAULT_STORAGE_SOURCE, DEFAULT_STORAGE_SOURCE,
+      "where those prices come from, stored with each record"),
+    V("REELBATCH_PRICE_PER_VIDEO_S", "price_per_video_s", positive, 0.06, "0.06",
+      "what a second of generated video sells for, for gross margin in reports and capacity plans"),
+    V("REELBATCH_PRICE_SOURCE", "price_source", text, DEFAULT_PRICE_SOURCE, DEFAULT_PRICE_SOURCE,
+      "where that price comes from"),
+)
+
+

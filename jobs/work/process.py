@@ -1,0 +1,153 @@
+"""A worker process's own state and life: its settings (given by the `reelbatch worker` command, never written into
+the environment), its engine, finisher and paid-time meter, made once; and the Celery signal hooks that start its
+sweeper when it is ready and store the batch in hand when it shuts down. Nothing here touches CUDA until the first
+render, which runs in the process that executes tasks (the prefork child or the solo worker), never in a parent that
+forks afterwards."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+
+from billiard.process import current_process
+from celery import current_app
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
+
+from engine.engine import Engine
+from jobs.cost.meter import Meter
+from jobs.db.connect import session_factory
+from jobs.render.batch import worker_id
+from jobs.render.finisher import Finisher
+from jobs.settings import Settings
+from jobs.work import logs
+from jobs.work.prometheus import serve
+from jobs.work.sweeper import Sweeper
+from jobs.work.tickets import send_tickets
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the `reelbatch worker` command started this process."""
+
+    settings: Settings
+    pool: str = "solo"  # solo renders in this process; prefork in its children
+    log_format: str = "text"
+
+
+_options: WorkerOptions | None = None
+
+# Set while this process renders, so its sweeper knows whether it is idle.
+busy = threading.Event()
+
+
+def configure(options: WorkerOptions) -> None:
+    """Called once by the worker command before Celery starts; prefork children inherit it when they fork."""
+    global _options
+    _options = options
+    _connect_signals()
+
+
+def options() -> WorkerOptions:
+    """This process's options; outside a worker command (a test's in-thread worker), read once from the environment."""
+    global _options
+    if _options is None:
+        _options = WorkerOptions(Settings.from_env())
+    return _options
+
+
+def settings() -> Settings:
+    return options().settings
+
+
+@lru_cache(maxsize=1)
+def engine() -> Engine:
+    """The engine, made once per worker process: each pipeline loads once and stays."""
+    return Engine(settings().engine_config(), settings().registry())
+
+
+@lru_cache(maxsize=1)
+def finisher() -> Finisher:
+    """One per rendering process: batch k is stored while batch k+1 renders."""
+    return Finisher()
+
+
+@lru_cache(maxsize=1)
+def meter() -> Meter:
+    """This rendering process's clock of paid time; its session opens when the process is ready (jobs.cost.ledger)."""
+    return Meter(settings().gpu_rate(), session_factory(settings().database_url), worker_id())
+
+
+_sweeper_pid: int | None = None
+
+
+def start_sweeper() -> None:
+    """One sweeper (and metrics endpoint) per process that renders. Idempotent: the solo pool sends both signals
+    below (Celery 5.7)."""
+    global _sweeper_pid
+    if _sweeper_pid == os.getpid():
+        return
+    _sweeper_pid = os.getpid()
+    config = settings()
+    if config.metrics_port:
+        index = getattr(current_process(), "index", None)  # a prefork child's pool index; none in a solo worker
+        serve(config.metrics_port + (0 if index is None else index + 1))
+    app = current_app._get_current_object()  # the worker's app, taken here in its main thread
+    paid = meter()
+    try:
+        paid.open()
+    except Exception:  # noqa: BLE001 - the database is away: the first heartbeat that reaches it opens the session
+        log.warning("could not open the worker session; the sweeper will", exc_info=True)
+    Sweeper(config, session_factory(config.database_url), busy, lambda n: send_tickets(app, n), paid).start()
+
+
+def finish_stores(**_) -> None:
+    """A warm shutdown stores the batch still in the finisher before the process exits, then closes its session."""
+    if finisher.cache_info().currsize:
+        finisher().wait()
+    if meter.cache_info().currsize:
+        try:
+            meter().close()
+        except Exception:  # noqa: BLE001 - the database is away: a sweeper closes the session from its last heartbeat
+            log.warning("could not close the worker session", exc_info=True)
+
+
+def _json_logs(logger=None, **_) -> None:
+    if options().log_format == "json":
+        logs.use_json(logger)
+
+
+def _on_child_start(**_) -> None:
+    start_sweeper()  # prefork: each child renders, so each child sweeps
+
+
+def _on_worker_ready(**_) -> None:
+    if options().pool == "solo":
+        start_sweeper()  # solo: the worker process itself renders
+
+
+_connected = False
+
+
+def _connect_signals() -> None:
+    global _connected
+    if _connected:
+        return
+    _connected = True
+    worker_process_shutdown.connect(finish_stores, weak=False)
+    worker_shutdown.connect(finish_stores, weak=False)
+    after_setup_logger.connect(_json_logs, weak=False)
+    after_setup_task_logger.connect(_json_logs, weak=False)
+    worker_process_init.connect(_on_child_start, weak=False)
+    worker_ready.connect(_on_worker_ready, weak=False)

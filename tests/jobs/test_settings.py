@@ -1,0 +1,61 @@
+"""Settings: one typed table read once; bad values stop a command with one line naming the variable and the value;
+docs/SETTINGS.md's table is the code's."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.errors import UsageError
+from jobs.settings import Settings, markdown_table
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize("name, raw, message", [
+    ("REELBATCH_MAX_BATCH", "0.5", "must be a whole number of at least 1, got '0.5'"),
+    ("REELBATCH_MAX_BATCH", "-1", "must be a whole number of at least 1, got '-1'"),
+    ("REELBATCH_MAX_BATCH", "abc", "must be a whole number of at least 1, got 'abc'"),
+    ("REELBATCH_MAX_BATCH", "0", "must be a whole number of at least 1, got '0'"),
+    ("REELBATCH_MAX_ATTEMPTS", "2.0", "must be a whole number of at least 1, got '2.0'"),
+    ("REELBATCH_DEVICE", "gpu", "must be auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
+    ("REELBATCH_LEASE_S", "-5", "must be a positive finite number, got '-5'"),
+    ("REELBATCH_LEASE_S", "inf", "expected a finite number, got 'inf'"),
+    ("REELBATCH_EGRESS_GB_USD", "-0.01", "must be zero or a positive finite number, got '-0.01'"),
+    ("REELBATCH_STEP_SCALE", "0", "must be in (0, 1], got '0'"),
+    ("REELBATCH_STEP_CACHE", "1.5", "must be in [0, 1], got '1.5'"),
+    ("REELBATCH_TEXT_CACHE", "maybe", "expected 1/0 (or on/off, true/false), got 'maybe'"),
+    ("REELBATCH_METRICS_PORT", "70000", "must be a TCP port, a whole number from 1 to 65535, got '70000'"),
+])
+def test_a_bad_value_names_the_variable_and_the_value(name, raw, message):
+    with pytest.raises(UsageError) as caught:
+        Settings.from_env({name: raw})
+    assert str(caught.value) == f"environment variable {name}: {message}"
+
+
+def test_values_are_read_as_their_types_and_unset_ones_take_the_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = Settings.from_env({"REELBATCH_MAX_BATCH": "8", "REELBATCH_OVERLAP": "off", "REELBATCH_DEVICE": "cuda:1",
+                                  "REELBATCH_ALLOWED_OUTPUTS": " s3://a/x/, file:///srv/ ,",
+                                  "REELBATCH_METRICS_PORT": "9400", "REELBATCH_EGRESS_GB_USD": "0"})
+    assert (settings.max_batch, settings.overlap, settings.device) == (8, False, "cuda:1")
+    assert settings.allowed_outputs == ("s3://a/x/", "file:///srv/")
+    assert (settings.metrics_port, settings.egress_gb_usd) == (9400, 0.0)
+    assert settings.database_url == f"sqlite:///{tmp_path / 'reelbatch.db'}"
+    assert (settings.lease_s, settings.max_attempts, settings.gpu_hour_usd, settings.queue) == (120.0, 3, 5.41, "render")
+
+
+def test_a_command_stops_with_one_line_and_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "jobs", "status"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "REELBATCH_MAX_BATCH": "0.5",
+                               "HOME": str(tmp_path)}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == "environment variable REELBATCH_MAX_BATCH: must be a whole number of at least 1, got '0.5'\n"
+    assert not (tmp_path / "reelbatch.db").exists(), "nothing written"
+
+
+def test_the_settings_page_holds_the_table_the_code_makes():
+    page = Path(REPO / "docs" / "SETTINGS.md").read_text(encoding="utf-8")
+    start = page.index("<!-- settings table")
+    body = page[page.index("\n", start) + 1 : page.index("<!-- end of settings table -->")]
+    assert body == markdown_table(), "docs/SETTINGS.md is stale: regenerate it with `reelbatch settings --markdown`"
