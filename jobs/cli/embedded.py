@@ -1,11 +1,11 @@
 """The worker `reelbatch run` starts, shown as a progress bar, and how Ctrl-C stops it.
 
-The worker is a `reelbatch worker --pool solo` child in a process group of its own, so a terminal's Ctrl-C reaches
-`run` alone and `run` decides what the worker is told: the first SIGINT or SIGTERM is passed on as SIGTERM (take no
-new work, finish the batch in hand), the second as another SIGTERM (stop the batch at its next step and hand it
-back), and a third kills it (its batch comes back when its leases expire). The worker says what it is doing in a
-notices file (jobs.work.shutdown), which `run` turns into one line on stderr. The worker watches `run` too and
-stops at its next step when `run` is gone, even after a SIGKILL.
+The worker is a `reelbatch worker --pool solo` child in a session (and process group) of its own, so a terminal's
+Ctrl-C reaches `run` alone and `run` decides what the worker is told: the first SIGINT or SIGTERM is passed on as
+SIGTERM (take no new work, finish the batch in hand), the second as another SIGTERM (stop the batch at its next
+step and hand it back), and a third kills it (its batch comes back when its leases expire). The worker says what it
+is doing in a notices file (jobs.work.shutdown), which `run` turns into one line on stderr. The worker watches `run`
+too and stops at its next step when `run` is gone, even after a SIGKILL.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def render(factory, submitted: queries.Submitted, console: Console, resume: str)
     notices = Path(log.name).with_suffix(".notices")
     cmd = [sys.executable, "-m", "jobs", "worker", "--concurrency", "1", "--pool", "solo",
            "--parent-pid", str(os.getpid()), "--notices", str(notices)]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
     received: list[int] = []  # appended by the handler; everything else happens in the loop below
     previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -67,6 +67,9 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
         run_row, videos = queries.load_report(factory, str(s.run_id))
     except ReelbatchError as exc:
         fail(exc)
+    except KeyboardInterrupt:  # before the worker started (or after it stopped): nothing of it is left to stop
+        err.print("Ctrl-C: stopped; the same command resumes", markup=False, highlight=False)
+        raise typer.Exit(130) from None
     report = report_dict(run_row, videos, settings.price(), ledger.run_ledger(factory, run_row.id))
     if json_:
         out.print_json(json.dumps(report))

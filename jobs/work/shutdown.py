@@ -81,7 +81,7 @@ def watch_parent(pid: int) -> None:
     other systems, and a death between the fork and the prctl."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGQUIT, 0, 0, 0) != 0:
+        if libc.prctl(PR_SET_PDEATHSIG, *(ctypes.c_ulong(a) for a in (signal.SIGQUIT, 0, 0, 0))) != 0:
             log.warning("prctl(PR_SET_PDEATHSIG) failed (errno %d); polling for the parent instead", ctypes.get_errno())
 
     def poll() -> None:
@@ -123,7 +123,7 @@ def _say(name: str, phase: Phase) -> None:
     elif grace_s is None:
         text = f"{name}: taking no new work; finishing {batch}; SIGTERM or Ctrl-C again stops it at its next step"
     else:
-        text = (f"{name}: taking no new work; finishing {batch} if it can within the {grace_s:g} s grace, else "
+        text = (f"{name}: taking no new work; {batch}: finishing it within the {grace_s:g} s grace if it can, else "
                 f"stopping it at its next step and handing it back")
     log.warning("%s", text)
     if notices is not None:

@@ -59,7 +59,8 @@ def test_sigterm_with_a_short_grace_hands_the_batch_to_another_worker_at_once(tm
         wait_for("the spot worker to exit", lambda: not spot.alive(), 60, diagnose=spot.tail)
         assert spot.proc.returncode == 0, spot.tail()
         assert claims_in(spot.text()) == claimed, "claimed after its SIGTERM"
-        assert "(preempted)" in spot.text() and "if it can within the 1 s grace" in spot.text(), spot.tail()
+        said = "SIGTERM: taking no new work; each process's batch in hand: finishing it within the 1 s grace if it can"
+        assert said in spot.text() and "(preempted): 3 handed back" in spot.text(), spot.tail()
         wait_done(farm, workers, timeout=300)
         assert other.alive(), other.tail()
         check_exactly_once(farm)
