@@ -95,7 +95,12 @@ def start_and_catch_a_batch(tmp_path, env, manifest) -> tuple[Run, dict, dict]:
     were just before the test's Ctrl-C."""
     run = Run(tmp_path, env, manifest)
     held = wait_for("a batch rendering on a warm worker", run.rendering, 240, interval=0.1, diagnose=run.err)
-    time.sleep(1.5)  # a few steps into it, so the worker has measured its step time
+    # Ten steps into it, so the worker has measured its step time (it needs two): the first batch's own text and
+    # denoising seconds (each video's share of its batch's) say how long that is on this machine, however busy.
+    with run.db.connect() as conn:
+        text_s, denoise_s = conn.execute(select(func.avg(Video.text_s), func.avg(Video.denoise_s))
+                                         .where(Video.status == Status.SUCCEEDED)).one()
+    time.sleep(MAX_BATCH * (text_s + 10 * denoise_s / STEPS) + 0.5)
     return run, held, run.units()
 
 
