@@ -101,7 +101,8 @@ def _pass_on(proc: subprocess.Popen, nth: int, first: int, notices: Path, consol
         text = f"{name} again: stopping the batch in hand at its next step and handing it back; {resume}"
     else:
         proc.kill()
-        text = f"{name} a third time: the worker was killed; its batch comes back when its leases expire; {resume}"
+        text = (f"{name} a third time: the worker was killed; a batch it still held comes back when its leases "
+                f"expire; {resume}")
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
