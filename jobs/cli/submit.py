@@ -4,23 +4,18 @@ renders it with an embedded worker and prints the report."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from jobs.cli import embedded
 from jobs.cli.console import err, fail, out
 from jobs.cost import ledger
 from jobs.db import queries
 from jobs.db.connect import session_factory
-from jobs.db.status import Status
 from jobs.errors import ReelbatchError, UsageError
 from jobs.manifest import load_manifest
 from jobs.reports.summary import report_dict
@@ -57,21 +52,34 @@ def submit(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, 
 
 def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, output: OutputOpt = None,
         set_: SetOpt = None, new_run: NewRunOpt = False, json_: JsonOpt = False) -> None:
-    """Submit a manifest, render it with an embedded worker, and print the report."""
+    """Submit a manifest, render it with an embedded worker, and print the report.
+
+    Ctrl-C (or SIGTERM): take no new work, finish the batch in hand, print the report and exit 130 (143). Ctrl-C
+    again: stop the batch at its next step and hand it back. Running the same command again resumes the run."""
+    interrupted = None
     try:
         settings = Settings.from_env()
         s = _submit(settings, manifest, name, model, output, set_, new_run, check_gate=True)
         factory = session_factory(settings.database_url)
+        resume = embedded.resume_hint(sys.argv[1:], s.name)
         if s.pending_units:
-            _render_with_embedded_worker(factory, s)
+            interrupted = embedded.render(factory, s, err, resume)
         run_row, videos = queries.load_report(factory, str(s.run_id))
     except ReelbatchError as exc:
         fail(exc)
+    except KeyboardInterrupt:  # before the worker started (or after it stopped): nothing of it is left to stop
+        err.print("Ctrl-C: stopped; the same command resumes", markup=False, highlight=False)
+        raise typer.Exit(130) from None
     report = report_dict(run_row, videos, settings.price(), ledger.run_ledger(factory, run_row.id))
     if json_:
         out.print_json(json.dumps(report))
     else:
         print_report(out, report)
+    if interrupted is not None:
+        done = sum(report["counts"].get(k, 0) for k in ("succeeded", "failed", "cancelled"))
+        err.print(f"interrupted: {done} of {len(videos)} videos done; {resume}", markup=False, highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(128 + interrupted)  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
     raise typer.Exit(0 if report["counts"]["succeeded"] == len(videos) else 1)
 
 
@@ -108,38 +116,3 @@ def _check_gate(settings: Settings, model: str) -> None:
         Engine(settings.engine_config(), settings.registry()).check_gate(model)
     except UngatedSetting as exc:
         raise UsageError(f"REELBATCH_STEP_CACHE / REELBATCH_GUIDANCE_FRACTION / REELBATCH_STEP_SCALE: {exc}") from None
-
-
-def _render_with_embedded_worker(factory, submitted: queries.Submitted) -> None:
-    """Start `reelbatch worker` as a child process and show progress until every video of the run is done."""
-    log = tempfile.NamedTemporaryFile(prefix="reelbatch-worker-", suffix=".log", delete=False)
-    cmd = [sys.executable, "-m", "jobs", "worker", "--concurrency", "1", "--pool", "solo"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    try:
-        with Progress(*columns, console=err, transient=False) as bar:
-            task = bar.add_task(f"rendering {submitted.name}", total=submitted.videos)
-            while True:
-                (counts,) = queries.run_counts(factory, str(submitted.run_id))
-                finished = sum(n for k, n in counts.counts.items() if Status(k).terminal)
-                bar.update(task, completed=finished)
-                if counts.done:
-                    break
-                if proc.poll() is not None:
-                    raise ReelbatchError(f"the embedded worker exited with code {proc.returncode}; "
-                                         f"its log: {log.name}\n{_tail(log.name)}")
-                time.sleep(0.5)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # warm shutdown: Celery finishes the ticket in hand
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
-    os.unlink(log.name)
-
-
-def _tail(path: str, lines: int = 30) -> str:
-    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])

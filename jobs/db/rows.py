@@ -180,8 +180,10 @@ class WorkerSession(Timestamps, Base):
 
 class CostRecord(Timestamps, Base):
     """One charge against one video: "gpu" (its share of a batch's render, plus storing time no render covered),
-    "retry" (a failed attempt's), "lost" (a killed worker's attempt), "storage" and "egress". The worker seconds
-    behind a charge name their session; idle time stays on the session (jobs.cost.ledger)."""
+    "retry" (a failed attempt's), "lost" (a killed worker's attempt), "cancelled", "preempted" and "interrupted" (a
+    render stopped mid-batch and handed back: its run cancelled, its worker's grace too short, its worker told to
+    stop now), "storage" and "egress". The worker seconds behind a charge name their session; idle time stays on the
+    session (jobs.cost.ledger)."""
 
     __tablename__ = "cost_records"
 

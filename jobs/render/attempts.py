@@ -32,10 +32,11 @@ def retry(settings: Settings, factory: Factory, unit: ClaimedUnit, error: str, m
     return outcome
 
 
-def charge_cancelled(factory: Factory, unit: ClaimedUnit, spent: float, meter: Meter) -> None:
-    """Charge the seconds a render spent before its run was cancelled (the release records no attempt)."""
+def charge_released(factory: Factory, unit: ClaimedUnit, kind: str, spent: float, meter: Meter) -> None:
+    """Charge the seconds a render spent before it stopped and gave its unit back (the release records no attempt):
+    `kind` says why ("cancelled", "preempted", "interrupted")."""
     try:
-        record.record_charge(factory, unit.video_id, "cancelled", spent, meter.rate, meter.session_id)
+        record.record_charge(factory, unit.video_id, kind, spent, meter.rate, meter.session_id)
     except Exception:  # noqa: BLE001 - the database is away: these seconds stay in the session's idle time
         log.warning("could not charge %.1f s to video %s", spent, unit.key, exc_info=True)
         return

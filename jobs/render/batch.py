@@ -26,11 +26,12 @@ from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cost.meter import Meter
 from jobs.db.queries import Factory
 from jobs.render import keys, record
-from jobs.render.attempts import charge_cancelled, retry
+from jobs.render.attempts import charge_released, retry
 from jobs.render.chunks import chunk_request, drop_checkpoints
 from jobs.render.finisher import BatchResult, Finisher, finish
 from jobs.render.keeper import LeaseKeeper, Stop
 from jobs.render.record import VideoOutput
+from jobs.render.stopping import BatchProgress, Stopping
 from jobs.render.store import store_all
 from jobs.settings import Settings
 from jobs.work import claims, leases, logs, prometheus
@@ -72,8 +73,11 @@ def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 
 
 
 def render_next_batch(settings: Settings, engine: Engine, factory: Factory, finisher: Finisher | None = None,
-                      on_ready: Callable[[int], None] | None = None, meter: Meter | None = None) -> BatchResult:
-    """Claim one same-shape batch and take it to the store. A result with claimed=0 means nothing was waiting.
+                      on_ready: Callable[[int], None] | None = None, meter: Meter | None = None,
+                      stopping: Stopping | None = None) -> BatchResult:
+    """Claim one same-shape batch and take it to the store. A result with claimed=0 means nothing was waiting, or
+    the worker is shutting down (`stopping`, jobs.render.stopping: then nothing is claimed, and the batch stops at
+    its next step when the worker must stop now or its grace cannot cover the rest).
 
     With a `finisher`, encoding and storing are queued on it and the result says how many videos are `pending`;
     the leases are renewed until the finisher has recorded them. `on_ready(n)` is called (on whichever thread
@@ -81,6 +85,8 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
     worker's clock of paid time (jobs.cost.meter); without one, charges carry no session.
     """
     meter = meter or Meter(settings.gpu_rate(), clock=time.perf_counter)
+    if stopping is not None and not stopping.taking_work():
+        return BatchResult()
     claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s)
     if claim is None:
         return BatchResult()
@@ -88,17 +94,19 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
     with logs.bound(runs=sorted({u.run_name for u in claim.units}), videos=[u.key for u in claim.units],
                     units=[u.unit_id for u in claim.units], shape=claim.batch.shape.key()):
         log.info("claimed %d (%s)", len(claim.units), claim.batch.shape.key())
-        return _render_claim(settings, engine, factory, claim, finisher, on_ready, meter)
+        return _render_claim(settings, engine, factory, claim, finisher, on_ready, meter, stopping)
 
 
 def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: Claim, finisher: Finisher | None,
-                  on_ready, meter: Meter) -> BatchResult:
+                  on_ready, meter: Meter, stopping: Stopping | None) -> BatchResult:
     limit = batch_time_limit(settings, claim.batch.shape, len(claim.units))
     with ExitStack() as held:
-        keeper = held.enter_context(LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit))
+        keeper = held.enter_context(LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit,
+                                                stopping))
         adopted, todo = _adopt_earlier_uploads(settings, factory, claim, meter)
         if not todo:
             return BatchResult(len(claim.units), adopted)
+        progress = keeper.rendering(len(todo))
         try:
             with meter.busy(u.video_id for u in todo) as span:
                 batch = RenderBatch(claim.batch.shape, tuple(
@@ -116,11 +124,21 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         # the same work.
         store = partial(store_all, settings, factory, claim, todo, rendered, span.seconds / len(todo), adopted,
                         engine, on_ready, meter)
+        if stopping is not None and progress is not None:
+            stopping.rendered(progress)
+            store = partial(_store_timed, store, stopping, progress)
         if finisher is None:
             return store()
         # The finisher's thread stores the batch and then lets its leases go (the keeper leaves with it).
         finisher.submit(partial(logs.current_context().run, finish, store, held.pop_all()))
         return BatchResult(len(claim.units), pending=len(todo))
+
+
+def _store_timed(store: Callable[[], BatchResult], stopping: Stopping, progress: BatchProgress) -> BatchResult:
+    """Store a batch, then note how long it took after its last step: the next batch's shutdown estimate."""
+    result = store()
+    stopping.recorded(progress)
+    return result
 
 
 def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
@@ -161,10 +179,16 @@ def _interrupted(settings: Settings, factory: Factory, claim: Claim, todo: list[
                               adopted, meter, spent)
         case Stop.LEASE_LOST:  # another worker owns these units now; every write from here would be refused
             return BatchResult(len(claim.units), adopted)
-        case Stop.CANCELLED:
-            for unit in todo:  # the seconds were spent on these videos all the same
-                charge_cancelled(factory, unit, spent, meter)
-            released = sum(leases.release(factory, u) for u in todo)  # cancelled runs' units become cancelled
+        case Stop.CANCELLED | Stop.PREEMPTED | Stop.INTERRUPTED:
+            # The seconds were spent on these videos all the same: charged as "cancelled", "preempted" or
+            # "interrupted". The units go back at once, with no attempt counted (a cancelled run's become
+            # cancelled), so another worker or a rerun takes them now rather than after their leases; a long
+            # video keeps the chunks it finished.
+            for unit in todo:
+                charge_released(factory, unit, reason.value, spent, meter)
+            released = sum(leases.release(factory, u) for u in todo)
+            if reason is not Stop.CANCELLED:
+                log.warning("stopped the batch of %d (%s): %d handed back", len(todo), reason.value, released)
             return BatchResult(len(claim.units), adopted, released=released)
         case _:
             assert_never(reason)

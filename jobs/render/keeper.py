@@ -8,6 +8,7 @@ import threading
 import time
 
 from jobs.db.queries import Factory
+from jobs.render.stopping import BatchProgress, Phase, Stopping
 from jobs.work import leases
 from jobs.work.claims import Claim
 
@@ -20,17 +21,23 @@ class Stop(str, enum.Enum):
     LEASE_LOST = "lease lost"  # another worker holds the units now; write nothing
     TIME_LIMIT = "time limit"  # the batch outlived its limit: a failed attempt, retried
     CANCELLED = "cancelled"  # a run of the batch was cancelled: give the units back
+    PREEMPTED = "preempted"  # the worker is stopping and its grace cannot cover the rest: give the units back
+    INTERRUPTED = "interrupted"  # the worker was told to stop now (a second signal): give the units back
 
 
 class LeaseKeeper:
     """Renews a claim's leases while it is held (a `with` block), and says when the render should stop.
 
     It stops renewing at the batch's deadline, so even a worker stuck inside a kernel loses its lease and the
-    reaper hands the work to another worker.
+    reaper hands the work to another worker. With a `stopping` (the worker's shutdown state), it counts the steps
+    of the batch and stops it when the worker must stop now or its grace cannot cover the rest.
     """
 
-    def __init__(self, factory: Factory, claim: Claim, lease_s: float, deadline: float):
+    def __init__(self, factory: Factory, claim: Claim, lease_s: float, deadline: float,
+                 stopping: Stopping | None = None):
         self.factory, self.claim, self.lease_s, self.deadline = factory, claim, lease_s, deadline
+        self.stopping = stopping
+        self.progress: BatchProgress | None = None
         self.run_ids = {u.run_id for u in claim.units}
         self.lost = False
         self._done = threading.Event()
@@ -42,6 +49,8 @@ class LeaseKeeper:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.stopping is not None and self.progress is not None:
+            self.stopping.dropped(self.progress)
         self._done.set()
         self._thread.join(timeout=10)
 
@@ -56,12 +65,26 @@ class LeaseKeeper:
                 self.lost = True
                 return
 
+    def rendering(self, videos: int) -> BatchProgress | None:
+        """The render of `videos` of the batch starts (the rest were adopted): its steps are counted from here."""
+        if self.stopping is not None:
+            self.progress = self.stopping.begin(videos, self.claim.batch.shape.steps)
+        return self.progress
+
     def should_stop(self) -> Stop | None:
         if self.lost:
             return Stop.LEASE_LOST
         now = time.monotonic()
         if now > self.deadline:
             return Stop.TIME_LIMIT
+        if self.stopping is not None and self.progress is not None:
+            stepped = self.stopping.clock()
+            self.progress.step(stepped)
+            match self.stopping.phase:
+                case Phase.STOPPING:
+                    return Stop.INTERRUPTED
+                case Phase.FINISHING if not self.stopping.covers(self.progress, stepped):
+                    return Stop.PREEMPTED
         if now >= self._next_cancel_check:  # at most once a second, however fast the steps are
             self._next_cancel_check = now + 1.0
             if leases.cancelled_runs(self.factory, self.run_ids):

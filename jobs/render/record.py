@@ -144,8 +144,8 @@ def record_failure(factory: Factory, unit: ClaimedUnit, error: str, spent_s: flo
 
 def record_charge(factory: Factory, video_id: int, kind: str, seconds: float, rate: Rate,
                   session_id: int | None) -> None:
-    """A charge outside any fenced write: seconds spent on a video whose attempt is not recorded (its run was
-    cancelled mid-render, so its units were released)."""
+    """A charge outside any fenced write: seconds spent on a video whose attempt is not recorded (its render stopped
+    mid-batch and its unit was released: its run was cancelled, or its worker shut down)."""
     if seconds > 0:
         with factory.begin() as s:
             s.add(charge(video_id, kind, seconds, rate, session_id))

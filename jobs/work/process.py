@@ -11,6 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from billiard.process import current_process
 from celery import current_app
@@ -28,8 +29,9 @@ from jobs.cost.meter import Meter
 from jobs.db.connect import session_factory
 from jobs.render.batch import worker_id
 from jobs.render.finisher import Finisher
+from jobs.render.stopping import Stopping
 from jobs.settings import Settings
-from jobs.work import logs
+from jobs.work import logs, shutdown
 from jobs.work.prometheus import serve
 from jobs.work.sweeper import Sweeper
 from jobs.work.tickets import send_tickets
@@ -44,6 +46,9 @@ class WorkerOptions:
     settings: Settings
     pool: str = "solo"  # solo renders in this process; prefork in its children
     log_format: str = "text"
+    grace_s: float | None = None  # after SIGTERM, a batch that cannot finish within this stops (None: it finishes)
+    parent_pid: int | None = None  # the `reelbatch run` that started this worker: it stops when that is gone
+    notices: Path | None = None  # where `reelbatch run` reads what a signal made this worker do (JSON lines)
 
 
 _options: WorkerOptions | None = None
@@ -53,10 +58,14 @@ busy = threading.Event()
 
 
 def configure(options: WorkerOptions) -> None:
-    """Called once by the worker command before Celery starts; prefork children inherit it when they fork."""
+    """Called once by the worker command before Celery starts; prefork children inherit it when they fork, and
+    the shutdown state with it (jobs.render.stopping: made here, so they share its memory)."""
     global _options
     _options = options
     _connect_signals()
+    _install_shutdown()
+    if options.parent_pid is not None:
+        shutdown.watch_parent(options.parent_pid)
 
 
 def options() -> WorkerOptions:
@@ -75,6 +84,12 @@ def settings() -> Settings:
 def engine() -> Engine:
     """The engine, made once per worker process: each pipeline loads once and stays."""
     return Engine(settings().engine_config(), settings().registry())
+
+
+@lru_cache(maxsize=1)
+def stopping() -> Stopping:
+    """This worker's shutdown state (jobs.work.shutdown's signal handlers move it; the render path reads it)."""
+    return Stopping()
 
 
 @lru_cache(maxsize=1)
@@ -128,11 +143,18 @@ def _json_logs(logger=None, **_) -> None:
         logs.use_json(logger)
 
 
+def _install_shutdown() -> None:
+    o = options()
+    shutdown.install(stopping(), grace_s=o.grace_s, pool=o.pool, notices=o.notices, parent_pid=o.parent_pid)
+
+
 def _on_child_start(**_) -> None:
+    shutdown.leave_to_parent()
     start_sweeper()  # prefork: each child renders, so each child sweeps
 
 
 def _on_worker_ready(**_) -> None:
+    _install_shutdown()  # again: Celery has installed its own handlers since
     if options().pool == "solo":
         start_sweeper()  # solo: the worker process itself renders
 

@@ -23,6 +23,12 @@ log = logging.getLogger(__name__)
 @shared_task(name=RENDER_TASK, acks_late=True, autoretry_for=(OperationalError, InterfaceError),
              retry_backoff=2, retry_backoff_max=60, retry_jitter=True, max_retries=30)
 def render_next() -> dict:
+    stopping = process.stopping()
+    if not stopping.taking_work():
+        # A ticket taken while this worker shuts down (Celery's solo pool takes one more message after a warm
+        # shutdown begins; a prefork child may have one queued) goes back to the queue for another worker: sent
+        # again, then acked. (Celery's Reject would do the same, logged as a warning with a traceback.)
+        raise render_next.retry(countdown=0, max_retries=None)
     settings, engine = process.settings(), process.engine()
     factory = session_factory(settings.database_url)
     app = render_next.app
@@ -30,7 +36,7 @@ def render_next() -> dict:
     try:
         _compile_ahead(settings, engine, factory)
         result = render_next_batch(settings, engine, factory, process.finisher() if settings.overlap else None,
-                                   on_ready=lambda n: send_tickets(app, n), meter=process.meter())
+                                   on_ready=lambda n: send_tickets(app, n), meter=process.meter(), stopping=stopping)
     finally:
         process.busy.clear()
     if result.claimed and claims.any_claimable(factory):

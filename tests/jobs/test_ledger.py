@@ -16,9 +16,10 @@ from jobs.cost.meter import Meter
 from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.connect import session_factory
-from jobs.db.rows import CostRecord, Video, WorkerSession, utcnow
+from jobs.db.rows import CostRecord, Video, WorkerSession, WorkUnit, utcnow
 from jobs.manifest import load_manifest
 from jobs.render.batch import Finisher, render_next_batch
+from jobs.render.stopping import Stopping
 from jobs.reports.summary import report_dict
 from jobs.settings import Settings
 from storage.stores import StoreUnavailable
@@ -65,9 +66,9 @@ def world(tmp_path, db_url, model_cache, registry, monkeypatch):
 
     monkeypatch.setattr(store_module, "encode_mp4", encode)
 
-    def submit(name: str, videos: int):
+    def submit(name: str, videos: int, steps: int = 1):
         manifest = tmp_path / f"{name}.yaml"
-        manifest.write_text(f"name: {name}\ndefaults: {{steps: 1}}\nvideos:\n"
+        manifest.write_text(f"name: {name}\ndefaults: {{steps: {steps}}}\nvideos:\n"
                             + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(videos)))
         return queries.submit_run(factory, load_manifest(manifest, registry=registry),
                                   output=f"file://{tmp_path / 'out'}/").run_id
@@ -225,3 +226,63 @@ def test_with_the_finisher_the_session_still_closes_to_the_cent(world):
         rendered = sum((v.render_s or 0) + (v.encode_s or 0) + (v.upload_s or 0) for v in s.scalars(select(Video)))
     assert session.charged_s <= rendered + 0.5, "overlapped storing is not charged twice"
     assert abs(session.charged_micro_usd + session.idle_micro_usd - session.total_micro_usd) <= 10, "micro-dollars"
+
+
+@pytest.mark.parametrize("signal_, kind", [("stop now", "interrupted"), ("5 s grace", "preempted"),
+                                           ("100 s grace", None)])
+def test_a_shutdown_stops_a_batch_at_a_step_charges_its_seconds_and_hands_it_back(world, monkeypatch, signal_,
+                                                                                   kind):
+    """The worker's shutdown (jobs.render.stopping) reaches the batch in hand through its lease keeper, on a clock
+    where each of its 10 steps takes 2 s and the signal lands in the third. Stopped now, or with a 5 s grace that
+    cannot cover the 7 steps left (14 s), the batch stops there: the 6 s spent are charged to its two videos by why
+    (3 s each), their units go back at once with no attempt counted, and nothing more is claimed. A 100 s grace
+    covers the rest: the batch finishes and is recorded as any other. The session closes to the micro-dollar."""
+    settings, factory, engine, clock, submit = world
+    run_id = submit("s", 2, steps=10)
+    stopping = Stopping(clock)
+    steps = []
+
+    def render(batch, should_stop):
+        def step():
+            clock.advance(2.0)
+            steps.append(clock())
+            if len(steps) == 3:
+                {"stop now": stopping.stop_now, "5 s grace": lambda: stopping.finish(grace_s=5),
+                 "100 s grace": lambda: stopping.finish(grace_s=100)}[signal_]()
+            return should_stop()
+
+        return Engine.render(engine, batch, should_stop=step)
+
+    monkeypatch.setattr(engine, "render", render)
+    meter = Meter(RATE, factory, "stopping", clock=clock)
+    meter.open()
+    clock.advance(10)
+    result = render_next_batch(settings, engine, factory, meter=meter, stopping=stopping)
+    clock.advance(4)
+    assert render_next_batch(settings, engine, factory, meter=meter, stopping=stopping).claimed == 0
+    meter.close()
+
+    with factory() as s:
+        units = [(u.status.value, u.attempts, u.lease_owner) for u in s.scalars(select(WorkUnit).order_by(WorkUnit.id))]
+        charges = sorted((r.kind, r.seconds, r.amount_micro_usd) for r in s.scalars(
+            select(CostRecord).join(Video).where(Video.run_id == run_id, CostRecord.kind != "storage")))
+    (session,) = ledger.sessions(factory)
+    if kind is None:
+        assert (result.claimed, result.succeeded, len(steps)) == (2, 2, 10)
+        assert units == [("succeeded", 1, None)] * 2
+        # 20 s of steps shared by two, plus each one's 5 s encode.
+        assert charges == [("gpu", 15.0, 15000)] * 2
+        assert (session.up_s, session.charged_s) == (10 + 20 + 2 * ENCODE_S + 4, 30.0)
+    else:
+        assert (result.claimed, result.released, len(steps)) == (2, 2, 3)
+        assert units == [("pending", 0, None)] * 2
+        assert charges == [(kind, 3.0, 3000)] * 2
+        assert (session.up_s, session.charged_s) == (10 + 6 + 4, 6.0)
+    assert session.charged_micro_usd + session.idle_micro_usd == session.total_micro_usd == round(session.up_s * 1000)
+    if kind is not None:  # another worker takes the units at once, and renders each once
+        monkeypatch.setattr(engine, "render", lambda batch, should_stop: Engine.render(engine, batch))
+        assert render_next_batch(settings, engine, factory, meter=Meter(RATE, clock=clock)).succeeded == 2
+        with factory() as s:
+            kinds = sorted(r.kind for r in s.scalars(select(CostRecord).where(CostRecord.kind != "storage")))
+            assert [u.attempts for u in s.scalars(select(WorkUnit))] == [1, 1]
+        assert kinds == sorted([kind, kind, "gpu", "gpu"])

@@ -1,0 +1,159 @@
+"""A worker's shutdown, as the render path sees it: whether the process still takes work, and whether the batch in
+hand must stop at its next step.
+
+The phase moves one way: WORKING -> FINISHING (the first SIGTERM or Ctrl-C: take no new work, finish the batch in
+hand) -> STOPPING (a second signal, or the `reelbatch run` that started the worker is gone: stop the batch at its
+next step and hand it back). FINISHING with a grace stops the batch too when what is left of it cannot be done
+before the grace runs out (a spot instance's notice). The signal handlers that move it are in jobs.work.shutdown.
+
+The phase and the grace's deadline live in an anonymous shared mapping made before a prefork worker forks, so its
+rendering children see what the parent's signal handler wrote. Deadlines are on time.monotonic, one clock for
+every process of a machine (CLOCK_MONOTONIC on Linux).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import math
+import mmap
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class Phase(enum.IntEnum):
+    WORKING = 0  # claims work
+    FINISHING = 1  # claims nothing more; the batch in hand finishes (within the grace, if there is one)
+    STOPPING = 2  # the batch in hand stops at its next step and is handed back
+
+
+@dataclass
+class BatchProgress:
+    """The render in hand, step by step (the lease keeper counts a step each time the engine asks it)."""
+
+    videos: int
+    steps: int
+    started: float
+    done: int = 0
+    first_step: float | None = None
+    last_step: float | None = None
+    rendered: bool = False  # the steps are done: decoding, encoding, storing
+
+    def step(self, now: float) -> None:
+        self.done += 1
+        self.first_step = self.first_step if self.first_step is not None else now
+        self.last_step = now
+
+    def step_s(self) -> float | None:
+        """Seconds per step, measured between steps: the first step also carries the model's loading and the
+        prompts' encoding, so one step measures nothing yet."""
+        if self.done < 2 or self.last_step is None or self.first_step is None:
+            return None
+        return (self.last_step - self.first_step) / (self.done - 1)
+
+    def steps_left(self) -> int:
+        """Steps left in the render in progress. An out-of-memory split renders the batch in parts of `steps`
+        steps each: this counts the part in progress."""
+        return 0 if self.rendered else (-self.done) % self.steps
+
+
+@dataclass(frozen=True)
+class InHand:
+    """What a shutdown message says about the batch in hand."""
+
+    videos: int = 0
+    step: int = 0
+    steps: int = 0
+    left_s: float | None = None  # until it is recorded; None: not measured yet (no step done, no batch stored)
+    stage: str = "idle"  # idle (no batch), starting (no step yet), rendering, storing
+
+    def text(self, estimate: bool = True) -> str:
+        """E.g. `the batch in hand (4 videos, step 37 of 100), about 12 s`."""
+        if self.stage == "idle":
+            return "no batch in hand"
+        what = f"{self.videos} video{'s' if self.videos != 1 else ''}"
+        where = {"starting": "not at its first step yet", "storing": "storing"}.get(
+            self.stage, f"step {self.step} of {self.steps}")
+        about = "its time is not measured yet" if self.left_s is None else f"about {math.ceil(self.left_s)} s"
+        return f"the batch in hand ({what}, {where})" + (f", {about}" if estimate else "")
+
+
+class Stopping:
+    """One worker process's shutdown state (and its prefork children's), and the progress of its batch in hand."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._shared = mmap.mmap(-1, 16)  # MAP_SHARED | MAP_ANONYMOUS: inherited by forked children
+        self._cells = (ctypes.c_double * 2).from_buffer(self._shared)  # [phase, deadline]
+        self._cells[1] = math.inf
+        self.in_hand: BatchProgress | None = None
+        # Seconds from the last step of this process's previous batch to its record (decode, encode, upload):
+        # what follows the steps of the next one.
+        self.tail_s: float | None = None
+
+    # ---- the signal side (jobs.work.shutdown) --------------------------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return Phase(int(self._cells[0]))
+
+    @property
+    def deadline(self) -> float:
+        return self._cells[1]
+
+    def finish(self, grace_s: float | None = None) -> None:
+        """Take no new work; finish the batch in hand, within `grace_s` seconds from now if given."""
+        if self.phase is Phase.WORKING:
+            self._cells[1] = math.inf if grace_s is None else self.clock() + grace_s
+            self._cells[0] = Phase.FINISHING
+
+    def stop_now(self) -> None:
+        self._cells[0] = Phase.STOPPING
+
+    def taking_work(self) -> bool:
+        return self.phase is Phase.WORKING
+
+    # ---- the render side (jobs.render.keeper, jobs.render.batch) -------------------------------------------------
+
+    def begin(self, videos: int, steps: int) -> BatchProgress:
+        """A batch's render starts: it is the batch in hand."""
+        self.in_hand = BatchProgress(videos, steps, self.clock())
+        return self.in_hand
+
+    def left_s(self, progress: BatchProgress, now: float) -> float | None:
+        """Seconds until `progress`'s batch is recorded, counted from its last step: the steps left at the measured
+        step time, then what followed the steps of the previous batch (none known before one is recorded).
+        None before its first step."""
+        per_step = progress.step_s()
+        if per_step is None or progress.last_step is None:
+            return None
+        after = per_step * progress.steps_left() + (self.tail_s or 0.0)
+        return max(0.0, after - (now - progress.last_step))
+
+    def covers(self, progress: BatchProgress, now: float) -> bool:
+        """Does the grace leave time to finish this batch? Unmeasured (no step yet) counts as yes until it is."""
+        left = self.left_s(progress, now)
+        return left is None or now + left <= self.deadline
+
+    def rendered(self, progress: BatchProgress) -> None:
+        progress.rendered = True
+
+    def recorded(self, progress: BatchProgress) -> None:
+        """The batch is stored and recorded: its time after the last step is the next batch's tail."""
+        if progress.last_step is not None:
+            self.tail_s = self.clock() - progress.last_step
+        self.dropped(progress)
+
+    def dropped(self, progress: BatchProgress) -> None:
+        """The batch is no longer in hand (recorded, stopped, or failed)."""
+        if self.in_hand is progress:
+            self.in_hand = None
+
+    def describe(self) -> InHand:
+        progress, now = self.in_hand, self.clock()
+        if progress is None:
+            return InHand()
+        stage = "storing" if progress.rendered else "rendering" if progress.done else "starting"
+        return InHand(progress.videos, min(progress.done, progress.steps), progress.steps, self.left_s(progress, now),
+                      stage)
