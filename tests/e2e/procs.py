@@ -8,6 +8,7 @@ of it, and `Workers` kills every group it started when the test ends, whatever h
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import struct
@@ -89,6 +90,15 @@ class Worker:
         """Render tickets this worker has finished: Celery logs one line per ticket when it ends, however it ends."""
         text = self.text()
         return sum(text.count(s) for s in ("] succeeded in ", "] raised unexpected", "] retry: "))
+
+    def claims(self) -> int:
+        """Batches this worker has claimed: jobs.render.batch logs one "claimed" line per claim."""
+        return self.text().count("] claimed ")
+
+    def mid_render(self) -> bool:
+        """Is the task of this worker's latest claim still running (rendering)? With overlap, a rendered batch is
+        stored after its task returns, its units still running: a worker frozen then has no ticket left to end."""
+        return self.claims() == len(re.findall(r"succeeded in .*'claimed': [1-9]", self.text())) + 1
 
     def tail(self, lines: int = 40) -> str:
         return f"--- {self!r} log tail ---\n" + "\n".join(self.text().splitlines()[-lines:])

@@ -137,7 +137,8 @@ def rendering_holder(farm: Farm, workers: Workers):
     """A warm worker in the middle of rendering a batch, with the units it holds (id -> row); else None.
 
     Warm: it has finished a ticket, so the model is loaded. Mid-render: every unit of its batch is still running
-    (while it stores, they succeed one by one).
+    (while it stores, they succeed one by one) and the task that claimed them has not returned (with overlap, a
+    batch is stored after its task returns: a worker frozen then would have no ticket to end when thawed).
     """
     by_owner: dict[str, dict] = {}
     for unit in farm.units():
@@ -145,7 +146,7 @@ def rendering_holder(farm: Farm, workers: Workers):
             by_owner.setdefault(unit.lease_owner, {})[unit.id] = unit
     for owner, held in by_owner.items():
         holder = workers.holding(owner)
-        if holder is not None and len(held) == MAX_BATCH and holder.tasks_done() >= 1:
+        if holder is not None and len(held) == MAX_BATCH and holder.tasks_done() >= 1 and holder.mid_render():
             return holder, held
     return None
 

@@ -10,7 +10,6 @@ the test waits, and with an attempt counted (the reaper counts the expired claim
 from __future__ import annotations
 
 import json
-import re
 import signal
 
 from sqlalchemy import select
@@ -25,15 +24,10 @@ from .test_faults import RUN, check_exactly_once, make_farm, rendering_holder, w
 LEASE_S = 120  # REELBATCH_LEASE_S's default
 
 
-def claims_in(log: str) -> int:
-    return log.count("] claimed ")
-
-
 def rendering_its(nth: int, worker) -> bool:
     """Is `worker` rendering its `nth` claim? Its task for that claim has not returned: with overlap, a rendered
     batch is stored after its task returns, its units still running, and a SIGTERM then has no step to stop at."""
-    text = worker.text()
-    return claims_in(text) == nth and len(re.findall(r"succeeded in .*'claimed': [1-9]", text)) == nth - 1
+    return worker.claims() == nth and worker.mid_render()
 
 
 def test_sigterm_with_a_short_grace_hands_the_batch_to_another_worker_at_once(tmp_path, cli_env, postgres_url,
@@ -54,11 +48,11 @@ def test_sigterm_with_a_short_grace_hands_the_batch_to_another_worker_at_once(tm
         _, held = wait_for("the spot worker rendering a batch", spot_rendering, 180, interval=0.1,
                            diagnose=workers.tails)
         (spot_owner,) = {u.lease_owner for u in held.values()}  # its rendering child
-        claimed = claims_in(spot.text())
+        claimed = spot.claims()
         spot.signal(signal.SIGTERM)
         wait_for("the spot worker to exit", lambda: not spot.alive(), 60, diagnose=spot.tail)
         assert spot.proc.returncode == 0, spot.tail()
-        assert claims_in(spot.text()) == claimed, "claimed after its SIGTERM"
+        assert spot.claims() == claimed, "claimed after its SIGTERM"
         said = "SIGTERM: taking no new work; each process's batch in hand: finishing it within the 1 s grace if it can"
         assert said in spot.text() and "(preempted): 3 handed back" in spot.text(), spot.tail()
         wait_done(farm, workers, timeout=300)

@@ -38,7 +38,7 @@ def statuses(factory):
 
 CLAIMER = """
 import json, sys
-from jobs.work import leases
+from jobs.work import claims
 from jobs.db.connect import session_factory
 factory = session_factory(sys.argv[1])
 print("ready", flush=True)
