@@ -203,3 +203,4 @@ def test_a_last_chunk_whose_upload_outlived_its_worker_is_adopted_and_its_checkp
         long = s.scalar(select(Video).where(Video.key == "long"))
     assert Status(long.status) is Status.SUCCEEDED and (out / "l" / "long.mp4").read_bytes() == stored
     assert not any((out / "_chunks").rglob("*.safetensors")), "the adopted video's checkpoints are removed too"
+    assert long.poster_uri == (out / "l" / "long.jpg").as_uri(), "the adopted video has its poster"
