@@ -18,8 +18,9 @@ from typing import BinaryIO
 import av
 import numpy as np
 
-# x264's CRF range for 8-bit input (x264 --fullhelp: "--crf <float> Quality-based VBR (-12-51)"; 0 is lossless luma).
-_CRF_RANGE = range(0, 52)
+from storage.codecs import CODECS, CRF_MAX, CRF_MIN, PRESETS, unsafe_width
+
+_CRF_RANGE = range(CRF_MIN, CRF_MAX + 1)
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,23 @@ def check_frames(frames: np.ndarray, fps: int) -> None:
         raise ValueError(f"fps must be an integer >= 1, got {fps!r}")
 
 
-def encode_mp4(frames: np.ndarray, fps: int, *, crf: int = 18) -> bytes:
-    """Encode RGB frames as H.264 (yuv420p) in an MP4 whose moov atom comes first; return the file's bytes."""
+def encode_mp4(frames: np.ndarray, fps: int, *, crf: int = 18, codec: str = "h264", preset: str = "medium") -> bytes:
+    """Encode RGB frames as H.264 or H.265 (yuv420p) in an MP4 whose moov atom comes first; return the file's bytes.
+
+    `codec` and `preset` are storage.codecs' names (h264/h265; x264's presets, medium being x264's own default)."""
     check_frames(frames, fps)
     if isinstance(crf, bool) or not isinstance(crf, (int, np.integer)) or crf not in _CRF_RANGE:
         raise ValueError(f"crf must be an integer in 0..51, got {crf!r}")
+    if codec not in CODECS:
+        raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {codec!r}")
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    if unsafe_width(codec, frames.shape[2]):
+        raise ValueError(f"{codec} cannot encode frames {frames.shape[2]} pixels wide with this build "
+                         "(storage.codecs.UNSAFE_WIDTHS)")
+    options = {"crf": str(int(crf)), "preset": preset}
+    if codec == "h265":
+        options["x265-params"] = "log-level=error"  # x265 prints its settings to stderr at info level otherwise
     count, height, width, _ = frames.shape
     fps = int(fps)
     time_base = Fraction(1, fps)
@@ -66,7 +79,10 @@ def encode_mp4(frames: np.ndarray, fps: int, *, crf: int = 18) -> bytes:
     with tempfile.TemporaryDirectory(prefix="reelbatch-encode-") as folder:
         path = os.path.join(folder, "video.mp4")
         with av.open(path, mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
-            stream = container.add_stream("libx264", rate=fps, options={"crf": str(int(crf))})
+            stream = container.add_stream(CODECS[codec], rate=fps, options=options)
+            if codec == "h265":
+                # hvc1, not FFmpeg's default hev1: Apple's players play HEVC in MP4 only when tagged hvc1.
+                stream.codec_tag = "hvc1"
             stream.width = width
             stream.height = height
             stream.pix_fmt = "yuv420p"

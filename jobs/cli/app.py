@@ -8,6 +8,7 @@ import typer
 
 from jobs.cli.bench import bench
 from jobs.cli.db import db_app
+from jobs.cli.notifications import notifications_cmd
 from jobs.cli.quality import quality
 from jobs.cli.reports import capacity, ledger_cmd, report
 from jobs.cli.runs import cancel, resume, status
@@ -28,6 +29,7 @@ app.command()(status)
 app.command()(report)
 app.command()(cancel)
 app.command()(resume)
+app.command("notifications")(notifications_cmd)
 app.command()(capacity)
 app.command("ledger")(ledger_cmd)
 app.add_typer(schedule_app, name="schedule")

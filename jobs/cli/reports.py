@@ -17,13 +17,13 @@ from jobs.cost.capacity import plan
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError, UsageError
-from jobs.render.keys import object_key
+from jobs.render.keys import object_key, poster_key
 from jobs.reports.html import html_report
 from jobs.reports.results import write_results
 from jobs.reports.summary import report_dict
 from jobs.reports.text import print_report
 from jobs.settings import Settings
-from storage.encode import decode_frames
+from storage.poster import poster_jpeg
 from storage.stores import StoreError, open_store
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
@@ -62,15 +62,18 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
 def _write_html(path: Path, data: dict, run_row, videos, usd_per_worker_s: float | None) -> None:
     store = open_store(run_row.output)
 
-    def frames_of(video):
+    def poster_of(video):
         try:
-            return decode_frames(store.get(object_key(run_row.name, video.key)))
-        except StoreError as exc:
+            if video.poster_uri:
+                return store.get(poster_key(run_row.name, video.key))
+            # A video stored before posters existed (or whose poster could not be stored): made from its MP4.
+            return poster_jpeg(store.get(object_key(run_row.name, video.key)))
+        except (StoreError, ValueError) as exc:
             err.print(f"{video.key}: not in the contact sheet: {exc}", markup=False, highlight=False)
             return None
 
     try:
-        path.write_text(html_report(data, run_row, videos, frames_of, usd_per_worker_s), encoding="utf-8")
+        path.write_text(html_report(data, run_row, videos, poster_of, usd_per_worker_s), encoding="utf-8")
     except OSError as exc:
         fail(UsageError(f"--html: cannot write {path}: {exc.strerror}"))
     err.print(f"wrote {path}", highlight=False)

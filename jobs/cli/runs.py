@@ -12,6 +12,7 @@ from jobs.cli.console import fail, out
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError
+from jobs.notify.finished import run_finished
 from jobs.settings import Settings
 
 RunArg = Annotated[str, typer.Argument(help="Run name or id.")]
@@ -21,7 +22,11 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts in
 def cancel(run: RunArg) -> None:
     """Cancel a run: pending videos now, running batches at their next step. Idempotent."""
     try:
-        name, count = queries.cancel_run(session_factory(Settings.from_env().database_url), run)
+        settings = Settings.from_env()
+        factory = session_factory(settings.database_url)
+        name, count = queries.cancel_run(factory, run)
+        # A run whose videos were all waiting is finished now: its result files and webhook, from here.
+        run_finished(settings, factory, [name])
     except ReelbatchError as exc:
         fail(exc)
     out.print(f"run {name}: {count} pending videos cancelled; running batches stop at their next step")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -38,14 +38,19 @@ def add(
                                           "worker can read, or s3://BUCKET/KEY; read again at every firing.")],
     cron: Annotated[str, typer.Option("--cron", help="When, in UTC: 5 cron fields ('0 2 * * *' is 02:00 daily), "
                                       "or 6 with seconds last.")],
+    notify: Annotated[Optional[str], typer.Option("--notify", help="Webhook URL each run POSTs a signed summary to "
+                                                  "when it finishes (over the manifest's own `notify`).")] = None,
 ) -> None:
     """Add a schedule: at each cron time a worker submits the manifest as run NAME-YYYYmmddTHHMMSSZ."""
     try:
-        info = add_schedule(_factory(), name, manifest, cron)
+        settings = Settings.from_env()
+        info = add_schedule(session_factory(settings.database_url), name, manifest, cron, notify=notify,
+                            settings=settings)
     except ReelbatchError as exc:
         fail(exc)
+    hook = f"; each run notifies {info.notify}" if info.notify else ""
     out.print(f"schedule {info.name} added: {info.manifest} at '{info.cron}' (UTC); next firing "
-              f"{_when(info.next_fire_time)}", markup=False, highlight=False, soft_wrap=True)
+              f"{_when(info.next_fire_time)}{hook}", markup=False, highlight=False, soft_wrap=True)
 
 
 @schedule_app.command("list")
@@ -86,7 +91,8 @@ def _outcome(f: FiringResult) -> str:
 
 def _schedule_dict(r: ScheduleInfo) -> dict:
     f = r.last_firing
-    return {"name": r.name, "manifest": r.manifest, "cron": r.cron, "created_at": r.created_at.isoformat(),
+    return {"name": r.name, "manifest": r.manifest, "cron": r.cron, "notify": r.notify,
+            "created_at": r.created_at.isoformat(),
             "next_fire_time": r.next_fire_time and r.next_fire_time.isoformat(),
             "last_firing": None if f is None else {
                 "fire_time": f.fire_time.isoformat(), "state": f.state, "ok": f.ok, "run_id": f.run_id,

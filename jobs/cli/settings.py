@@ -28,7 +28,7 @@ def settings_cmd(
         settings = Settings.from_env()
     except ReelbatchError as exc:
         fail(exc)
-    rows = [{"variable": v.name, "value": _plain(getattr(settings, v.field)),
+    rows = [{"variable": v.name, "value": _shown(v, getattr(settings, v.field)),
              "set": bool((os.environ.get(v.name) or "").strip())} for v in VARIABLES]
     if json_:
         out.print_json(json.dumps({"settings": rows}))
@@ -37,6 +37,12 @@ def settings_cmd(
     for row in rows:
         table.add_row(row["variable"], str(row["value"]), "environment" if row["set"] else "default")
     out.print(table, markup=False, highlight=False)
+
+
+def _shown(variable, value: object) -> object:
+    if variable.secret:
+        return None if value is None else "(set, not shown)"
+    return _plain(value)
 
 
 def _plain(value: object) -> object:

@@ -27,6 +27,8 @@ NameOpt = Annotated[Optional[str], typer.Option("--name", help="Run name (JSONL:
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Registered model name (default: the manifest's, else tiny).")]
 OutputOpt = Annotated[Optional[str], typer.Option("--output", help="Output URI prefix: file://DIR/ or s3://BUCKET/PREFIX/.")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="FIELD=VALUE default for every video; repeatable.")]
+NotifyOpt = Annotated[Optional[str], typer.Option(
+    "--notify", help="Webhook URL to POST a signed summary to when the run finishes (under REELBATCH_ALLOWED_WEBHOOKS).")]
 NewRunOpt = Annotated[bool, typer.Option("--new-run", help="Always make a new run (the name gets a numeric suffix).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
 
@@ -35,11 +37,11 @@ PROGRESS_FROM_VIDEOS = 100
 
 
 def submit(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, output: OutputOpt = None,
-           set_: SetOpt = None, new_run: NewRunOpt = False, json_: JsonOpt = False) -> None:
+           set_: SetOpt = None, notify: NotifyOpt = None, new_run: NewRunOpt = False, json_: JsonOpt = False) -> None:
     """Validate a manifest and record a run; workers render it. Prints the run id."""
     try:
         settings = Settings.from_env()
-        s = _submit(settings, manifest, name, model, output, set_, new_run)
+        s = _submit(settings, manifest, name, model, output, set_, notify, new_run)
     except ReelbatchError as exc:
         fail(exc)
     if json_:
@@ -51,7 +53,7 @@ def submit(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, 
 
 
 def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, output: OutputOpt = None,
-        set_: SetOpt = None, new_run: NewRunOpt = False, json_: JsonOpt = False) -> None:
+        set_: SetOpt = None, notify: NotifyOpt = None, new_run: NewRunOpt = False, json_: JsonOpt = False) -> None:
     """Submit a manifest, render it with an embedded worker, and print the report.
 
     Ctrl-C (or SIGTERM): take no new work, finish the batch in hand, print the report and exit 130 (143). Ctrl-C
@@ -59,7 +61,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     interrupted = None
     try:
         settings = Settings.from_env()
-        s = _submit(settings, manifest, name, model, output, set_, new_run, check_gate=True)
+        s = _submit(settings, manifest, name, model, output, set_, notify, new_run, check_gate=True)
         factory = session_factory(settings.database_url)
         resume = embedded.resume_hint(sys.argv[1:], s.name)
         if s.pending_units:
@@ -83,11 +85,15 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     raise typer.Exit(0 if report["counts"]["succeeded"] == len(videos) else 1)
 
 
-def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_run,
+def _submit(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
             check_gate: bool = False) -> queries.Submitted:
     with err.status(f"validating {manifest}"):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                             sets=sets or (), allowed_outputs=settings.allowed_outputs)
+                             notify=notify, sets=sets or (), allowed_outputs=settings.allowed_outputs,
+                             allowed_webhooks=settings.allowed_webhooks)
+    if spec.notify is not None and settings.webhook_secret is None:
+        raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
+                         "deliveries could not be signed; set it here and on every worker")
     if check_gate and settings.engine_config().lossy():
         _check_gate(settings, spec.model)
     factory = session_factory(settings.database_url)

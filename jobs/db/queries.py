@@ -63,7 +63,8 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
             name = _free_name(s, spec.name)
         now = utcnow()
         run = Run(name=name, model=spec.model, output=output, priority=spec.priority, source=spec.source,
-                  content_sha256=content)
+                  content_sha256=content, notify_url=spec.notify, codec=spec.encoding.codec, crf=spec.encoding.crf,
+                  preset=spec.encoding.preset)
         s.add(run)
         s.flush()
         videos = [Video(run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
@@ -152,6 +153,12 @@ def _run_id(s: Session, run: str) -> int:
     return found
 
 
+def find_run(factory: Factory, run: str) -> Run:
+    """The run row of a run named by name or id (RunNotFound otherwise)."""
+    with factory() as s:
+        return s.get(Run, _run_id(s, run))
+
+
 def pending_unit_count(factory: Factory, run: str) -> int:
     with factory() as s:
         return _pending_units(s, _run_id(s, run))
@@ -190,7 +197,8 @@ def cancel_run(factory: Factory, run: str) -> tuple[str, int]:
 def resume_run(factory: Factory, run: str) -> tuple[str, int]:
     """Put a run's failed and cancelled videos back to pending, with fresh attempts. Idempotent.
 
-    Returns the run name and how many videos were resumed (the caller sends that many tickets).
+    Returns the run name and how many videos were resumed (the caller sends that many tickets). A resume that puts
+    videos back starts the run's next round, so its next finish is notified again (jobs.notify).
     """
     with factory.begin() as s:
         row = s.get(Run, _run_id(s, run))
@@ -202,4 +210,6 @@ def resume_run(factory: Factory, run: str) -> tuple[str, int]:
             move(unit, video, Status.PENDING)
             unit.attempts = video.attempts = 0
             unit.not_before, unit.solo, video.finished_at = None, False, None
+        if units:
+            row.round += 1
         return row.name, len(units)

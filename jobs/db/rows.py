@@ -70,6 +70,14 @@ class Run(Timestamps, Base):
     content_sha256: Mapped[str] = mapped_column(String(64), index=True)
     # Set by `reelbatch cancel`: running batches stop at their next step boundary.
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # How every video is encoded (storage.codecs); the defaults are what reelbatch encoded before they existed.
+    codec: Mapped[str] = mapped_column(String(16), default="h264", server_default="h264")
+    crf: Mapped[int] = mapped_column(Integer, default=18, server_default="18")
+    preset: Mapped[str] = mapped_column(String(16), default="medium", server_default="medium")
+    # A webhook URL POSTed to when the run finishes (jobs.notify), once per `round`: a resume starts a new round,
+    # so a run that finishes again is heard of again.
+    notify_url: Mapped[str | None] = mapped_column(Text)
+    round: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     videos: Mapped[list[Video]] = relationship(back_populates="run", lazy="raise", order_by="Video.id")
 
@@ -105,6 +113,7 @@ class Video(Timestamps, Base):
     encode_s: Mapped[float | None] = mapped_column(Float)
     upload_s: Mapped[float | None] = mapped_column(Float)
     uri: Mapped[str | None] = mapped_column(Text)
+    poster_uri: Mapped[str | None] = mapped_column(Text)  # its middle frame as a JPEG, beside the MP4
     bytes: Mapped[int | None] = mapped_column(BigInteger)
     sha256: Mapped[str | None] = mapped_column(String(64))
     # Written (fenced) just before an upload: if the worker dies after the upload but before recording it, the retry
@@ -207,6 +216,7 @@ class Schedule(Timestamps, Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     manifest: Mapped[str] = mapped_column(Text)  # a path or an s3:// URI, read at each firing
     cron: Mapped[str] = mapped_column(String(128))
+    notify_url: Mapped[str | None] = mapped_column(Text)  # each run's webhook, over the manifest's own `notify`
 
 
 class Firing(Timestamps, Base):
@@ -220,3 +230,44 @@ class Firing(Timestamps, Base):
     ok: Mapped[bool] = mapped_column(Boolean)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     errors: Mapped[str | None] = mapped_column(Text)
+
+
+class Notification(Timestamps, Base):
+    """One run's finish, to be POSTed to its webhook (jobs.notify). The unique (run, round) lets exactly one caller
+    open it, however many notice the finish at once; `key` is the idempotency key receivers see. `body` is signed
+    and sent unchanged on every attempt. Sending is held like a work unit: a lease (owner, expiry, a token that grows
+    with every claim), so two sweepers never send at once."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (UniqueConstraint("run_id", "round"), Index("ix_notifications_due", "state", "next_attempt_at"))
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    round: Mapped[int] = mapped_column(Integer, default=0)
+    key: Mapped[str] = mapped_column(String(36), unique=True)  # a UUID: the Reelbatch-Delivery header
+    url: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    # pending (next attempt due at next_attempt_at), delivered (a 2xx came back), gave_up (24 hours of failures).
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    give_up_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_token: Mapped[int] = mapped_column(BigInteger, default=0)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class NotificationAttempt(Timestamps, Base):
+    """One POST of a notification: when, by whom, what came back (a status code, or the error), how long it took."""
+
+    __tablename__ = "notification_attempts"
+    __table_args__ = (UniqueConstraint("notification_id", "number"),)
+
+    notification_id: Mapped[int] = mapped_column(ForeignKey("notifications.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)  # 1, 2, ... in the order they were made
+    sender: Mapped[str] = mapped_column(String(255))  # host:pid
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    duration_s: Mapped[float] = mapped_column(Float)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    accepted: Mapped[bool] = mapped_column(Boolean)

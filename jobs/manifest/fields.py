@@ -15,6 +15,8 @@ from urllib.parse import unquote
 
 from engine.models import MAX_CHUNKS, ModelInfo
 from jobs.manifest.values import Date, FieldError, got, shown
+from jobs.notify.urls import BadUrl, check_allowed
+from storage.codecs import CODECS, CRF_MAX, CRF_MIN, DEFAULT, PRESETS, missing_encoder
 
 MAX_PROMPT_CHARS = 10_000
 MAX_NAME_CHARS = 128
@@ -28,7 +30,7 @@ MAX_PRIORITY = 9
 RESOLUTION_PRESETS = {"480p": (832, 480), "720p": (1280, 720)}
 
 VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "duration_s", "fps", "steps", "guidance")
-RUN_FIELDS = ("name", "model", "output", "priority", "defaults", "videos")
+RUN_FIELDS = ("name", "model", "output", "priority", "notify", "codec", "crf", "preset", "defaults", "videos")
 
 # --- Scalars --------------------------------------------------------------------------------------------------------
 
@@ -195,6 +197,42 @@ def check_output_allowed(uri: str, allowed: list[str]) -> None:
     key = output_key(uri)
     if not any(key.startswith(a) for a in allowed):
         raise FieldError(f"{shown(uri)} is not under an allowed output prefix ({', '.join(allowed)})")
+
+
+def check_notify(value: object, text: str | None, allowed: tuple[str, ...] | None) -> str | None:
+    """A webhook URL under an operator-allowed prefix (jobs.notify.urls), in canonical form; None: no notification."""
+    if value is None:
+        return None
+    url = _string(value, text)
+    try:
+        return check_allowed(url, allowed)
+    except BadUrl as exc:
+        raise FieldError(f"{shown(url)} {exc}") from None
+
+
+# --- Encoding -------------------------------------------------------------------------------------------------------
+
+
+def check_codec(value: object, text: str | None) -> str:
+    s = _string(value, text)
+    if s not in CODECS:
+        raise FieldError(f"must be one of {', '.join(CODECS)}, got {shown(s)}")
+    missing = None if s == DEFAULT.codec else missing_encoder(s)  # the default is PyAV's own (a dependency)
+    if missing:
+        raise FieldError(f"{shown(s)} needs the {missing} encoder, which this PyAV build lacks "
+                         f"(av.codecs_available); use h264")
+    return s
+
+
+def check_crf(value: object, text: str | None) -> int:
+    return _integer(value, text, CRF_MIN, CRF_MAX)
+
+
+def check_preset(value: object, text: str | None) -> str:
+    s = _string(value, text)
+    if s not in PRESETS:
+        raise FieldError(f"must be one of {', '.join(PRESETS)} (fastest to slowest), got {shown(s)}")
+    return s
 
 
 # --- Picture and time -----------------------------------------------------------------------------------------------

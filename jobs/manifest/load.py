@@ -20,10 +20,14 @@ from jobs.errors import UsageError
 from jobs.manifest.fields import (
     RUN_FIELDS,
     VIDEO_FIELDS,
+    check_codec,
+    check_crf,
     check_model,
     check_name,
+    check_notify,
     check_output,
     check_output_allowed,
+    check_preset,
     check_priority,
     output_key,
     plan_frames,
@@ -33,6 +37,7 @@ from jobs.manifest.read import load_jsonl, read_text
 from jobs.manifest.specs import Report, RunSpec, VideoSpec
 from jobs.manifest.values import INVALID, MAX_VIDEOS, FieldError, Item, Map, Seq, shown
 from jobs.manifest.yaml_read import load_yaml, yaml_scalar
+from storage.codecs import DEFAULT, Encoding, unsafe_width
 
 
 def load_manifest(
@@ -43,16 +48,20 @@ def load_manifest(
     model: str | None = None,
     output: str | None = None,
     priority: int | None = None,
+    notify: str | None = None,
     sets: Sequence[str] = (),
     allowed_outputs: Sequence[str] | None = None,
+    allowed_webhooks: Sequence[str] | None = None,
 ) -> RunSpec:
     """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
 
-    `.yaml`/`.yml`: a run (name, model, output, priority, defaults, videos). `.jsonl`: one video a line; the run's
-    name (default: the file's stem), model, output and priority come from the keyword arguments. For YAML the
+    `.yaml`/`.yml`: a run (name, model, output, priority, notify, codec, crf, preset, defaults, videos). `.jsonl`: one
+    video a line; the run's name (default: the file's stem), model, output, priority and notify come from the keyword
+    arguments. For YAML the
     keyword arguments, when given, override the file's values (the file's own value is then not checked), and each
     `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
-    from the video, else `defaults`, else the model's defaults. `allowed_outputs`: URI prefixes `output` must be under.
+    from the video, else `defaults`, else the model's defaults. `allowed_outputs`: URI prefixes `output` must be under;
+    `allowed_webhooks`: URL prefixes `notify` must be under (none: `notify` is refused).
     """
     path = Path(path)
     report = Report(str(path))
@@ -75,7 +84,8 @@ def load_manifest(
         if top is None:
             report.raise_any()
         entries = _yaml_videos(top, report)
-    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets)
+    hooks = tuple(allowed_webhooks) if allowed_webhooks else None
+    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, notify, hooks, sets)
     report.raise_any()
     return spec
 
@@ -83,7 +93,8 @@ def load_manifest(
 # --- Assembly: run fields, defaults, videos -----------------------------------------------------------------------
 
 
-def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets) -> RunSpec | None:
+def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, notify, hooks,
+              sets) -> RunSpec | None:
     run_name = _pick(top, report, "name", name, check_name, required=True)
     model_name = _pick(top, report, "model", model, partial(check_model, names=registry.names()), default="tiny")
     out = _pick(top, report, "output", output, check_output, default=None)
@@ -94,6 +105,10 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
         except FieldError as exc:
             report(line, field, str(exc))
     prio = _pick(top, report, "priority", priority, check_priority, default=0)
+    hook = _pick(top, report, "notify", notify, partial(check_notify, allowed=hooks), default=None)
+    codec = _pick(top, report, "codec", None, check_codec, default=DEFAULT.codec)
+    crf = _pick(top, report, "crf", None, check_crf, default=DEFAULT.crf)
+    preset = _pick(top, report, "preset", None, check_preset, default=DEFAULT.preset)
     for key, item in top.items.items():
         if key not in RUN_FIELDS:
             hint = " (video fields go in each video or under 'defaults')" if key in VIDEO_FIELDS else ""
@@ -106,12 +121,16 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
     videos = []
     for item, prefix in entries:
         video = _video(item, prefix, defaults, checks, info, seen, defaults_too_long, report)
-        if video is not None:
+        if video is not None and codec is not INVALID and unsafe_width(codec, video.width):
+            report(video.line, prefix + "resolution", f"width {video.width} cannot be encoded as {codec}: libx265 "
+                                                      "corrupts memory at that width; use h264 or another width")
+        elif video is not None:
             videos.append(video)
     if report.issues:
         return None
+    encoding = Encoding(codec, crf, preset)
     return RunSpec(run_name, model_name, out, prio, str(path.absolute()), tuple(videos),
-                   _content_sha256(run_name, model_name, out, prio, videos))
+                   _content_sha256(run_name, model_name, out, prio, videos, hook, encoding), hook, encoding)
 
 
 def _pick(top: Map, report, key, override, check, *, required=False, default=None):
@@ -306,9 +325,14 @@ def _allowed_key(prefix: str) -> str:
         raise UsageError(f"allowed output prefix {prefix!r} {exc}") from None
 
 
-def _content_sha256(name, model, output, priority, videos) -> str:
+def _content_sha256(name, model, output, priority, videos, notify, encoding) -> str:
     # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run.
     doc = {"name": name, "model": model, "output": output, "priority": priority,
            "videos": [{k: v for k, v in vars(video).items() if k != "line"} for video in videos]}
+    # Only when set, so a manifest that names neither keeps the hash (and so the run) it had before they existed.
+    if notify is not None:
+        doc["notify"] = notify
+    if encoding != DEFAULT:
+        doc["encoding"] = vars(encoding)
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

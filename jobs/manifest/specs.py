@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from engine.types import stable_seed
 from jobs.errors import UsageError
+from storage.codecs import DEFAULT, Encoding
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,9 @@ class RunSpec:
     priority: int  # 0-9, higher renders first
     source: str
     videos: tuple[VideoSpec, ...]
-    content_sha256: str  # of everything above but `source` (and video lines): same content, same hash
+    content_sha256: str  # of everything but `source` (and video lines): same content, same hash
+    notify: str | None = None  # a webhook URL under REELBATCH_ALLOWED_WEBHOOKS, POSTed to when the run finishes
+    encoding: Encoding = DEFAULT  # codec, crf and preset of every video of the run
 
 
 def derive_seed(run_name: str, video_id: str) -> int:

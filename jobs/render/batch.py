@@ -10,8 +10,6 @@ key) fails the video at once.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -25,28 +23,25 @@ from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cost.meter import Meter
 from jobs.db.queries import Factory
+from jobs.notify.finished import run_finished
 from jobs.render import keys, record
 from jobs.render.attempts import charge_released, retry
 from jobs.render.chunks import chunk_request, drop_checkpoints
 from jobs.render.finisher import BatchResult, Finisher, finish
 from jobs.render.keeper import LeaseKeeper, Stop
+from jobs.render.posters import adopted_poster
 from jobs.render.record import VideoOutput
 from jobs.render.stopping import BatchProgress, Stopping
 from jobs.render.store import store_all
 from jobs.settings import Settings
 from jobs.work import claims, leases, logs, prometheus
-from jobs.work.claims import Claim, ClaimedUnit, waiting_shapes
+from jobs.work.claims import Claim, ClaimedUnit, waiting_shapes, worker_id
 from storage.stores import StoreError
 
 log = logging.getLogger(__name__)
 
 # The reference for time limits: one Wan 480p, 81-frame, 50-step video with classifier-free guidance.
 REFERENCE_WORK = 832 * 480 * 81 * 50 * 2
-
-
-def worker_id() -> str:
-    """This process, as leases and worker sessions name it: `host:pid`."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
@@ -94,7 +89,10 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
     with logs.bound(runs=sorted({u.run_name for u in claim.units}), videos=[u.key for u in claim.units],
                     units=[u.unit_id for u in claim.units], shape=claim.batch.shape.key()):
         log.info("claimed %d (%s)", len(claim.units), claim.batch.shape.key())
-        return _render_claim(settings, engine, factory, claim, finisher, on_ready, meter, stopping)
+        result = _render_claim(settings, engine, factory, claim, finisher, on_ready, meter, stopping)
+        if not result.pending:  # all recorded here (a finisher's batch notices when it has stored)
+            _notice_finished(settings, factory, claim)
+        return result
 
 
 def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: Claim, finisher: Finisher | None,
@@ -130,7 +128,8 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         if finisher is None:
             return store()
         # The finisher's thread stores the batch and then lets its leases go (the keeper leaves with it).
-        finisher.submit(partial(logs.current_context().run, finish, store, held.pop_all()))
+        finishing = partial(_then_notice, settings, factory, claim, store)
+        finisher.submit(partial(logs.current_context().run, finish, finishing, held.pop_all()))
         return BatchResult(len(claim.units), pending=len(todo))
 
 
@@ -139,6 +138,20 @@ def _store_timed(store: Callable[[], BatchResult], stopping: Stopping, progress:
     result = store()
     stopping.recorded(progress)
     return result
+
+
+def _then_notice(settings: Settings, factory: Factory, claim: Claim, store: Callable[[], BatchResult]) -> BatchResult:
+    result = store()
+    _notice_finished(settings, factory, claim)
+    return result
+
+
+def _notice_finished(settings: Settings, factory: Factory, claim: Claim) -> None:
+    """The claim's runs that this batch finished: their result files and webhooks (jobs.notify.finished)."""
+    try:
+        run_finished(settings, factory, {u.run_name for u in claim.units})
+    except Exception as exc:  # noqa: BLE001 - the videos are recorded; a sweeper's catch-up opens what is missed
+        log.warning("noticing finished runs failed: %s", exc)
 
 
 def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
@@ -153,7 +166,8 @@ def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
             except StoreError:
                 found = None  # the store will be asked again when this video is stored
         if found is not None and found.sha256 == unit.upload_sha256:
-            out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0)
+            out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0,
+                              poster_uri=adopted_poster(unit, claim.batch.shape.model))
             recorded = record.record_success(factory, unit, out, meter.rate, settings.storage_price(),
                                              meter.session_id)
             adopted += recorded

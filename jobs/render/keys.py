@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from storage.poster import SUFFIX as POSTER_SUFFIX
 from storage.stores import Store, open_store
 
 
@@ -16,6 +17,11 @@ def store_for(prefix: str) -> Store:
 def object_key(run_name: str, video_key: str) -> str:
     """Deterministic: the same video always lands on the same key, so a retry can never make a second object."""
     return f"{run_name}/{video_key}.mp4"
+
+
+def poster_key(run_name: str, video_key: str) -> str:
+    """The video's poster (storage.poster), beside its MP4: as deterministic, and as write-once."""
+    return f"{run_name}/{video_key}{POSTER_SUFFIX}"
 
 
 def checkpoint_key(run_name: str, video_key: str, chunk: int, token: int) -> str:

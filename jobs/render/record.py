@@ -35,6 +35,7 @@ class VideoOutput:
     # The worker seconds to charge: the render share plus the storing seconds no render covered (jobs.cost.meter).
     # None: all of render, encode and upload (nothing overlapped).
     charged: float | None = None
+    poster_uri: str | None = None  # None: no poster could be stored (jobs.render.posters)
 
     @property
     def charged_s(self) -> float:
@@ -76,7 +77,7 @@ def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: 
             return False
         row, video = rows
         move(row, video, Status.SUCCEEDED)
-        video.uri, video.bytes, video.sha256 = out.uri, out.bytes, out.sha256
+        video.uri, video.bytes, video.sha256, video.poster_uri = out.uri, out.bytes, out.sha256, out.poster_uri
         add_render(video, out.render_s, out.stages, after_earlier=row.chunk > 0)
         video.encode_s, video.upload_s = out.encode_s, out.upload_s
         video.seam_score, video.needs_review = out.seam_score, out.needs_review

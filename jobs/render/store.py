@@ -19,12 +19,13 @@ from jobs.render import keys, record
 from jobs.render.attempts import count_success, retry
 from jobs.render.chunks import drop_checkpoints, stitch_long, store_chunk
 from jobs.render.finisher import BatchResult
+from jobs.render.posters import put_poster
 from jobs.render.record import VideoOutput
-from jobs.reports.results import write_if_done
 from jobs.settings import Settings
 from jobs.work import prometheus
 from jobs.work.claims import Claim, ClaimedUnit
 from storage.encode import encode_mp4
+from storage.poster import poster_jpeg
 from storage.stores import ObjectConflict
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,6 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
                 assert_never(outcome)
     if readied and on_ready is not None:
         on_ready(readied)
-    if ok or failed:
-        _results_if_done(factory, {u.run_name for u in todo})
     return BatchResult(len(claim.units), ok + adopted, retried, failed)
 
 
@@ -142,28 +141,23 @@ def _store_one(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit
 
 def _store_video(factory: Factory, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
                  seam_review: float) -> VideoOutput | None:
-    """Encode the frames, record the checksum about to be stored (fenced), upload; None if the lease was lost."""
+    """Encode the frames, record the checksum about to be stored (fenced), upload the MP4 and then its poster; None
+    if the lease was lost."""
     t0 = time.perf_counter()
-    data = encode_mp4(video.frames, unit.fps)
+    enc = unit.encoding
+    data = encode_mp4(video.frames, unit.fps, crf=enc.crf, codec=enc.codec, preset=enc.preset)
     digest = hashlib.sha256(data).hexdigest()
+    poster = poster_jpeg(data)  # from the MP4's bytes, not the frames: jobs.render.posters says why
     t1 = time.perf_counter()
     if not record.mark_uploading(factory, unit, digest):
         return None
+    model = claim.batch.shape.model
     stored = keys.store_for(unit.output).put(
         keys.object_key(unit.run_name, unit.key), data, sha256=digest, content_type="video/mp4",
-        metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": claim.batch.shape.model},
+        metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": model},
     )
+    poster_uri = put_poster(unit, poster, model)  # after the MP4, so a stored poster always has its video
     t2 = time.perf_counter()
     seams = video.seam_score
     return VideoOutput(stored.uri, stored.bytes, stored.sha256, 0.0, t1 - t0, t2 - t1, dict(video.stages),
-                       seams, seams is not None and seams > seam_review)
-
-
-def _results_if_done(factory: Factory, runs: set[str]) -> None:
-    """The run's results.jsonl and errors.jsonl, once its last video is done (best effort: `reelbatch report RUN
-    --results` writes them again)."""
-    for run in sorted(runs):
-        try:
-            write_if_done(factory, run)
-        except Exception as exc:  # noqa: BLE001 - the videos are stored and recorded; only the summary is missing
-            log.warning("could not write the result files of run %s: %s", run, exc)
+                       seams, seams is not None and seams > seam_review, poster_uri=poster_uri)

@@ -1,8 +1,8 @@
 """`reelbatch report RUN --html FILE`: one self-contained HTML file that opens offline.
 
-A contact sheet (first, middle and last frame of each stored video, decoded from its MP4, with prompt and id), a
-throughput-over-time chart, a render-latency histogram and a cost breakdown by stage, drawn as inline SVG; images are
-inline PNGs. Nothing is fetched: no fonts, scripts or styles from elsewhere. A few lines of script only check, once
+A contact sheet (each stored video's poster, its middle frame as a JPEG stored beside its MP4, with prompt and id), a
+throughput-over-time chart, a render-latency histogram and a cost breakdown by stage, drawn as inline SVG; posters are
+inline JPEGs (data URIs). Nothing is fetched: no fonts, scripts or styles from elsewhere. A few lines of script only check, once
 loaded, that every image decoded, and say so on the page (the test reads that in headless Chromium).
 """
 
@@ -10,25 +10,17 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 from collections.abc import Callable
 from datetime import timezone
 
 import numpy as np
-from PIL import Image
 
 from jobs.db.rows import Run, Video
 from jobs.db.status import Status
 from jobs.reports.summary import STAGES
 
-THUMB = 96  # pixels a frame is drawn at (small clips are scaled up, pixelated)
+THUMB = 192  # pixels wide a poster is drawn at (small clips are scaled up, pixelated)
 CHART_W, CHART_H = 480, 160
-
-
-def _png(frame: np.ndarray) -> str:
-    buffer = io.BytesIO()
-    Image.fromarray(frame).save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _svg_bars(values: list[float], labels: list[str], unit: str) -> str:
@@ -75,9 +67,10 @@ def _row(r: dict) -> str:
 
 
 def html_report(report: dict, run: Run, videos: list[tuple[Video, int]],
-                frames_of: Callable[[Video], np.ndarray | None], usd_per_worker_s: float | None) -> str:
-    """`usd_per_worker_s`: the rate the run's time was charged at, from its cost records (jobs.cost.ledger.run_ledger),
-    so the cost-by-stage chart of an old run keeps its numbers when the rate setting changes."""
+                poster_of: Callable[[Video], bytes | None], usd_per_worker_s: float | None) -> str:
+    """`poster_of`: a video's poster JPEG, or None to leave it off the sheet. `usd_per_worker_s`: the rate the run's
+    time was charged at, from its cost records (jobs.cost.ledger.run_ledger), so the cost-by-stage chart of an old run
+    keeps its numbers when the rate setting changes."""
     ok = [v for v, _ in videos if Status(v.status) is Status.SUCCEEDED]
     starts = [v.started_at.replace(tzinfo=v.started_at.tzinfo or timezone.utc) for v, _ in videos if v.started_at]
     origin = min(starts) if starts else None
@@ -89,13 +82,13 @@ def html_report(report: dict, run: Run, videos: list[tuple[Video, int]],
 
     cards = []
     for v in ok:
-        frames = frames_of(v)
-        if frames is None:
+        poster = poster_of(v)
+        if poster is None:
             continue
-        picks = [frames[0], frames[len(frames) // 2], frames[-1]]
-        imgs = "".join(f'<img alt="{html.escape(v.key)} frame" src="data:image/png;base64,{_png(f)}" '
-                       f'width="{THUMB}" height="{round(THUMB * f.shape[0] / f.shape[1])}">' for f in picks)
-        cards.append(f'<figure>{imgs}<figcaption><b>{html.escape(v.key)}</b> {html.escape(v.prompt)}'
+        img = (f'<img alt="{html.escape(v.key)} poster" src="data:image/jpeg;base64,'
+               f'{base64.b64encode(poster).decode("ascii")}" width="{THUMB}" '
+               f'height="{round(THUMB * v.height / v.width)}">')
+        cards.append(f'<figure>{img}<figcaption><b>{html.escape(v.key)}</b> {html.escape(v.prompt)}'
                      f'</figcaption></figure>')
     counts = ", ".join(f"{n} {k}" for k, n in report["counts"].items() if n)
     cost = report["cost"]
@@ -109,7 +102,7 @@ def html_report(report: dict, run: Run, videos: list[tuple[Video, int]],
 <html lang="en"><head><meta charset="utf-8"><title>reelbatch run {html.escape(run.name)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
-figure {{ display: inline-block; margin: 0 1em 1em 0; max-width: {3 * THUMB + 12}px; vertical-align: top; }}
+figure {{ display: inline-block; margin: 0 1em 1em 0; max-width: {THUMB + 4}px; vertical-align: top; }}
 figure img {{ image-rendering: pixelated; margin-right: 2px; border: 1px solid #ccc; }}
 figcaption {{ font-size: 12px; }}
 section {{ margin-bottom: 1.5em; }}

@@ -1,7 +1,7 @@
 """A run's result files, in the manner of OpenAI's Batch API, written next to its videos once every video is done:
 
-- `{output}{run}/results.jsonl`: one line per video: id, status, uri, sha256, frames, fps, duration_s, seed, cost and
-  timings;
+- `{output}{run}/results.jsonl`: one line per video: id, status, uri, poster_uri, sha256, frames, fps, duration_s,
+  seed, cost and timings;
 - `{output}{run}/errors.jsonl`: one line per failed or cancelled video: id, error code (the failure's class) and
   message.
 
@@ -25,7 +25,8 @@ def result_files(run: Run, videos: list[tuple[Video, int]]) -> tuple[bytes, byte
     for v, micro in videos:
         status = Status(v.status)
         results.append({
-            "id": v.key, "status": status.value, "uri": v.uri, "sha256": v.sha256, "frames": v.frames, "fps": v.fps,
+            "id": v.key, "status": status.value, "uri": v.uri, "poster_uri": v.poster_uri, "sha256": v.sha256,
+            "frames": v.frames, "fps": v.fps,
             "duration_s": v.duration_s, "seed": v.seed, "cost_usd": micro / 1e6, "chunks": v.chunks,
             "seam_score": v.seam_score,
             "timings": {"render_s": v.render_s, "text_s": v.text_s, "denoise_s": v.denoise_s, "decode_s": v.decode_s,

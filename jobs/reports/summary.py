@@ -76,7 +76,8 @@ def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None =
     for v, micro in videos:
         counts[Status(v.status).value] += 1
         rows.append({
-            "id": v.key, "status": Status(v.status).value, "uri": v.uri, "prompt": v.prompt, "seed": v.seed,
+            "id": v.key, "status": Status(v.status).value, "uri": v.uri, "poster_uri": v.poster_uri,
+            "prompt": v.prompt, "seed": v.seed,
             "frames": v.frames, "fps": v.fps, "duration_s": v.duration_s, "width": v.width, "height": v.height,
             "steps": v.steps, "guidance": v.guidance, "bytes": v.bytes, "sha256": v.sha256,
             "attempts": v.attempts, "error": v.last_error,
@@ -87,6 +88,7 @@ def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None =
     extra = summary(run, videos, price, ledger)
     return {
         "run_id": run.id, "name": run.name, "model": run.model, "output": run.output, "priority": run.priority,
+        "encoding": {"codec": run.codec, "crf": run.crf, "preset": run.preset}, "notify": run.notify_url,
         "source": run.source, "created_at": run.created_at.isoformat(), "counts": counts,
         "cost": extra.pop("cost"), **extra,
         "videos": rows,

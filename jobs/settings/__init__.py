@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from engine.config import EngineConfig
@@ -29,6 +29,9 @@ class Settings:
     broker_url: str
     output: str
     allowed_outputs: tuple[str, ...] | None
+    allowed_webhooks: tuple[str, ...] | None
+    webhook_secret: str | None = field(repr=False)
+    webhook_backoff_s: float
     models_file: Path | None
     cache_dir: Path
     queue: str

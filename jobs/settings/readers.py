@@ -6,6 +6,8 @@ import math
 import re
 from pathlib import Path
 
+from jobs.notify.urls import BadUrl, allowed_prefixes
+
 
 class BadValue(ValueError):
     """The text cannot be read as the variable's type; the message says what it must be."""
@@ -84,6 +86,25 @@ def device(raw: str) -> str:
 
 def prefixes(raw: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+def webhook_prefixes(raw: str) -> tuple[str, ...]:
+    try:
+        return allowed_prefixes(raw)
+    except BadUrl as exc:
+        raise BadValue(str(exc)) from None
+
+
+# The key signs every webhook delivery (HMAC-SHA256): shorter than this is guessable offline from one delivery.
+MIN_SECRET_CHARS = 16
+
+
+def secret(raw: str) -> str:
+    if raw != raw.strip():
+        raise BadValue("must not begin or end with white space (receivers would sign with another key)")
+    if len(raw) < MIN_SECRET_CHARS:
+        raise BadValue(f"must be at least {MIN_SECRET_CHARS} characters")
+    return raw
 
 
 def path(raw: str) -> Path:

@@ -19,8 +19,10 @@ from jobs.settings.readers import (
     positive,
     prefixes,
     price,
+    secret,
     switch,
     text,
+    webhook_prefixes,
 )
 
 # A public on-demand rate for one H200: AWS EC2 Capacity Blocks listed it at about $5.41 per accelerator-hour
@@ -42,6 +44,7 @@ class Variable:
     default: object  # a value, or a callable of no arguments (defaults that depend on the working folder)
     shown: str  # the default as the docs show it
     help: str
+    secret: bool = False  # never printed: not in errors, not by `reelbatch settings`
 
     def value(self, env: Mapping[str, str]) -> object:
         raw = env.get(self.name)
@@ -50,7 +53,8 @@ class Variable:
         try:
             return self.read(raw)
         except BadValue as exc:
-            raise UsageError(f"environment variable {self.name}: {exc}, got {raw!r}") from None
+            got = f"a value of {len(raw)} characters" if self.secret else repr(raw)
+            raise UsageError(f"environment variable {self.name}: {exc}, got {got}") from None
 
 
 V = Variable
@@ -66,6 +70,14 @@ VARIABLES: tuple[Variable, ...] = (
       "S3-compatible store; credentials as usual for boto3)"),
     V("REELBATCH_ALLOWED_OUTPUTS", "allowed_outputs", prefixes, None, "any",
       "comma-separated URI prefixes a manifest's `output` must lie under"),
+    V("REELBATCH_ALLOWED_WEBHOOKS", "allowed_webhooks", webhook_prefixes, None, "none",
+      "comma-separated URL prefixes a run's `notify` must lie under (`https://hooks.example.com/reelbatch/`); "
+      "plain `http://` only where a prefix says so, e.g. a receiver on loopback (docs/NOTIFICATIONS.md)"),
+    V("REELBATCH_WEBHOOK_SECRET", "webhook_secret", secret, None, "unset",
+      "the key every webhook delivery is signed with (HMAC-SHA256, at least 16 characters); receivers check the "
+      "`Reelbatch-Signature` header with it. Never printed", secret=True),
+    V("REELBATCH_WEBHOOK_BACKOFF_S", "webhook_backoff_s", positive, 30.0, "30",
+      "a failed webhook delivery's first retry waits this long, doubling per attempt up to an hour, for 24 hours"),
     V("REELBATCH_MODELS", "models_file", path, None, "only the built-in models",
       "path of the models file (docs/MODELS.md)"),
     V("REELBATCH_CACHE_DIR", "cache_dir", path, lambda: Path.home() / ".cache" / "reelbatch", "`~/.cache/reelbatch`",

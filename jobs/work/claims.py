@@ -7,6 +7,8 @@ and as many units of that shape as the worker's max batch join it.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -16,6 +18,12 @@ from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.db.queries import Factory, claimable_units, waiting_units
 from jobs.db.rows import Run, Video, WorkUnit, utcnow
 from jobs.db.status import Status, move
+from storage.codecs import DEFAULT, Encoding
+
+
+def worker_id() -> str:
+    """This process, as leases, worker sessions and webhook attempts name it: `host:pid`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class ClaimedUnit:
     chunk: int = 0
     chunks: int = 1
     chunk_overlap: int = 0
+    encoding: Encoding = DEFAULT  # the run's codec, crf and preset
 
     @property
     def chunked(self) -> bool:
@@ -92,7 +101,8 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float)
         return Claim(
             RenderBatch(shape, tuple(RenderRequest(v.id, v.prompt, v.negative_prompt, v.seed) for _, v, _ in claimed)),
             tuple(ClaimedUnit(u.id, u.lease_token, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
-                              u.attempts, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap)
+                              u.attempts, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap,
+                              Encoding(r.codec, r.crf, r.preset))
                   for u, v, r in claimed),
         )
 

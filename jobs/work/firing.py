@@ -120,7 +120,7 @@ def _complete(factory, settings: Settings, sc: Schedule, firing_id: int, fire_ti
         pending = queries.pending_unit_count(factory, run_name)
     else:
         try:
-            submitted = _submit(factory, settings, _load(settings, sc.manifest, run_name))
+            submitted = _submit(factory, settings, _load(settings, sc.manifest, run_name, sc.notify_url))
         except UsageError as exc:  # a bad or unreadable manifest, or the run name taken by other content
             errors = str(exc)
             if len(errors) > MAX_ERROR_CHARS:
@@ -142,11 +142,11 @@ def _finish(factory: queries.Factory, firing_id: int, **outcome) -> None:
                   .values(**outcome))
 
 
-def _load(settings: Settings, manifest: str, run_name: str) -> RunSpec:
-    """Read and check the manifest as `submit` does, under the firing's run name."""
+def _load(settings: Settings, manifest: str, run_name: str, notify: str | None) -> RunSpec:
+    """Read and check the manifest as `submit` does, under the firing's run name (and the schedule's webhook)."""
     def load(path: Path) -> RunSpec:
-        return load_manifest(path, registry=settings.registry(), name=run_name,
-                             allowed_outputs=settings.allowed_outputs)
+        return load_manifest(path, registry=settings.registry(), name=run_name, notify=notify,
+                             allowed_outputs=settings.allowed_outputs, allowed_webhooks=settings.allowed_webhooks)
 
     if not manifest.startswith("s3://"):
         return load(Path(manifest))

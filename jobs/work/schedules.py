@@ -20,8 +20,9 @@ from sqlalchemy.exc import IntegrityError
 from jobs.db import queries
 from jobs.db.rows import Firing, Schedule, as_utc, utcnow
 from jobs.errors import UsageError
-from jobs.manifest.fields import MAX_NAME_CHARS, check_name
+from jobs.manifest.fields import MAX_NAME_CHARS, check_name, check_notify
 from jobs.manifest.values import FieldError
+from jobs.settings import Settings
 from storage import s3
 
 STAMP = "%Y%m%dT%H%M%SZ"
@@ -57,6 +58,7 @@ class ScheduleInfo:
     created_at: datetime
     next_fire_time: datetime | None
     last_firing: FiringResult | None
+    notify: str | None = None  # each run's webhook, over the manifest's `notify`
 
 
 def run_name_for(schedule: str, fire_time: datetime) -> str:
@@ -70,12 +72,16 @@ def due_fire_time(cron: str, created_at: datetime, now: datetime) -> datetime | 
     return latest if latest > as_utc(created_at) else None
 
 
-def add_schedule(factory: queries.Factory, name: str, manifest: str, cron: str) -> ScheduleInfo:
+def add_schedule(factory: queries.Factory, name: str, manifest: str, cron: str, *, notify: str | None = None,
+                 settings: Settings | None = None) -> ScheduleInfo:
+    """`notify`: a webhook URL checked as a manifest's is, against `settings` (REELBATCH_ALLOWED_WEBHOOKS)."""
     name, cron, manifest = _check_name(name), check_cron(cron), check_manifest(manifest)
+    if notify is not None:
+        notify = _check_notify(notify, settings)
     try:
         with factory.begin() as s:
             if s.scalar(select(Schedule.id).where(Schedule.name == name)) is None:
-                s.add(Schedule(name=name, manifest=manifest, cron=cron))
+                s.add(Schedule(name=name, manifest=manifest, cron=cron, notify_url=notify))
                 s.flush()
                 return _infos(s, name)[0]
     except IntegrityError:
@@ -108,7 +114,7 @@ def _infos(s, name: str | None = None) -> list[ScheduleInfo]:
                          croniter(sc.cron, max(now, as_utc(sc.created_at))).get_next(datetime).replace(fold=0),
                          None if f is None else FiringResult(sc.name, as_utc(f.fire_time),
                                                              run_name_for(sc.name, f.fire_time), f.ok, f.run_id,
-                                                             f.errors))
+                                                             f.errors), sc.notify_url)
             for sc, f in s.execute(query).all()]
 
 
@@ -121,6 +127,16 @@ def _check_name(name: str) -> str:
         raise UsageError(f"schedule name {name!r} is {len(name)} characters; at most {MAX_SCHEDULE_NAME}, so that "
                          f"NAME-YYYYmmddTHHMMSSZ fits the {MAX_NAME_CHARS} characters of a run name")
     return name
+
+
+def _check_notify(url: str, settings: Settings | None) -> str:
+    if settings is not None and settings.webhook_secret is None:
+        raise UsageError(f"--notify {url!r}: REELBATCH_WEBHOOK_SECRET is not set, so its deliveries could not be "
+                         "signed; set it here and on every worker")
+    try:
+        return check_notify(url, None, settings.allowed_webhooks if settings else None)
+    except FieldError as exc:
+        raise UsageError(f"--notify: {exc}") from None
 
 
 def check_cron(expr: str) -> str:

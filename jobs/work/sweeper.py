@@ -1,10 +1,13 @@
-"""The worker's housekeeping thread: reap expired leases and make sure waiting work has a ticket.
+"""The worker's housekeeping thread: reap expired leases, make sure waiting work has a ticket, and send due webhook
+deliveries (jobs.notify).
 
 Tickets can go missing by design (a retry waits out its backoff, a dead worker's unit is reaped long after its ticket
 was used), so every worker process sweeps: it returns expired leases to pending and, when it is idle while work is
 claimable, sends itself a ticket. Extra tickets are harmless (an empty claim is a no-op); at most one per idle worker
 per interval is sent, so the queue never floods. It is also the process's heartbeat for the cost ledger
 (jobs.cost.ledger): it records the worker session's up time, and closes the sessions of workers whose heartbeats stopped.
+Webhooks: it opens the notifications of finished runs nobody noticed, then retries the deliveries that are due; any
+worker's sweeper may send any run's, one at a time (jobs.notify.outbox leases them).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable
 
 from jobs.cost import ledger
 from jobs.cost.meter import Meter
+from jobs.notify import finished, send
 from jobs.settings import Settings
 from jobs.work import claims, leases, prometheus
 
@@ -51,3 +55,5 @@ class Sweeper(threading.Thread):
             self.send_tickets(requeued)
         elif not self.busy.is_set() and claims.any_claimable(self.factory):
             self.send_tickets(1)
+        finished.catch_up(self.settings, self.factory)
+        send.deliver_due(self.settings, self.factory)

@@ -19,6 +19,7 @@ LIGHT = [
     ["schedule", "list"],
     ["settings"],
     ["cancel", "demo"],
+    ["notifications", "demo"],
     ["resume", "demo"],
     ["submit", "manifests/examples/demo.yaml"],
 ]

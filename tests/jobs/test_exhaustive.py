@@ -1,14 +1,14 @@
 """Outcomes that can take several forms are typed values handled exhaustively: a store attempt's outcome
-(jobs.render.store) and why a render stopped (jobs.render.keeper.Stop, handled in jobs.render.batch). A case left
-unhandled must fail type checking, not production (the "lost" outcome once fell into the success branch), so mypy
-checks the modules that match on them."""
+(jobs.render.store), why a render stopped (jobs.render.keeper.Stop, handled in jobs.render.batch) and what a webhook
+POST came to (jobs.notify.send). A case left unhandled must fail type checking, not production (the "lost" outcome
+once fell into the success branch), so mypy checks the modules that match on them."""
 
 import subprocess
 import sys
 
 from tests.conftest import REPO
 
-MODULES = ["jobs/render/store.py", "jobs/render/batch.py", "jobs/render/keeper.py"]
+MODULES = ["jobs/render/store.py", "jobs/render/batch.py", "jobs/render/keeper.py", "jobs/notify/send.py"]
 
 
 def test_every_outcome_is_handled_where_it_is_matched():

@@ -222,4 +222,8 @@ def test_cancel_stops_a_running_batch_at_a_step_boundary(factory, registry, tmp_
     assert time.monotonic() - started < 10, "200 steps would take far longer: it stopped at a step boundary"
     assert result["r"].released == 2
     assert set(statuses(factory).values()) == {Status.CANCELLED}
-    assert not (tmp_path / "out" / "r").exists(), "nothing was uploaded"
+    folder = tmp_path / "out" / "r"
+    assert not [*folder.glob("*.mp4"), *folder.glob("*.jpg")], "nothing was uploaded"
+    # The worker noticed the run finished by the cancel and wrote its result files (jobs.notify.finished).
+    assert [json.loads(line)["code"] for line in (folder / "errors.jsonl").read_text().splitlines()] == \
+        ["cancelled", "cancelled"]

@@ -60,9 +60,9 @@ def world(tmp_path, db_url, model_cache, registry, monkeypatch):
 
     real_encode = store_module.encode_mp4
 
-    def encode(frames, fps):
+    def encode(frames, fps, **options):
         clock.advance(ENCODE_S)
-        return real_encode(frames, fps)
+        return real_encode(frames, fps, **options)
 
     monkeypatch.setattr(store_module, "encode_mp4", encode)
 

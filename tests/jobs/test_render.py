@@ -210,7 +210,7 @@ def test_a_video_whose_lease_was_lost_before_its_upload_is_left_to_its_new_holde
     engine.render = then_lose_v1
     result = render_next_batch(settings, engine, factory)  # lease_s 120: the keeper renews nothing meanwhile
     assert (result.claimed, result.succeeded, result.retried, result.failed) == (3, 2, 0, 0)
-    assert sorted(p.name for p in folder.iterdir()) == ["v0.mp4", "v2.mp4"]
+    assert sorted(p.name for p in folder.iterdir()) == ["v0.jpg", "v0.mp4", "v2.jpg", "v2.mp4"]
     with factory() as s:
         v1 = s.scalar(select(Video).where(Video.key == "v1"))
         unit = s.scalar(select(WorkUnit).where(WorkUnit.video_id == v1.id))

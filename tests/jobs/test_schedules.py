@@ -275,3 +275,21 @@ def test_an_s3_manifest_is_checked_when_added_and_read_at_each_firing(fire_due, 
     s3.delete_object(Bucket=bucket, Key="schedules/spring.yaml")
     (gone,) = fire_due(factory, settings, NIGHT + timedelta(days=2))
     assert not gone.ok and gone.errors == f"manifest {uri}: no such object (S3 answered 404 NoSuchKey)"
+
+
+def test_a_schedule_notify_is_checked_when_added_and_given_to_every_run(fire_due, factory, settings, tmp_path):
+    hooks = dataclasses.replace(settings, allowed_webhooks=("https://hooks.example.com/rb/",),
+                                webhook_secret="s3cr3t-webhook-key-0123")
+    with pytest.raises(UsageError, match=r"--notify: 'https://evil.example.net/' is not under an allowed webhook"):
+        add_schedule(factory, "n", str(manifest(tmp_path)), "0 2 * * *", notify="https://evil.example.net/",
+                     settings=hooks)
+    with pytest.raises(UsageError, match="REELBATCH_WEBHOOK_SECRET is not set"):
+        add_schedule(factory, "n", str(manifest(tmp_path)), "0 2 * * *", notify="https://hooks.example.com/rb/x",
+                     settings=dataclasses.replace(hooks, webhook_secret=None))
+    assert list_schedules(factory) == [], "nothing written"
+    info = add_schedule(factory, "n", str(manifest(tmp_path)), "0 2 * * *",
+                        notify="HTTPS://hooks.example.com/rb/nightly", settings=hooks)
+    assert info.notify == "https://hooks.example.com/rb/nightly"
+    (fired,) = fire_due(factory, hooks, NIGHT)
+    with factory() as s:
+        assert s.scalar(select(Run.notify_url).where(Run.id == fired.run_id)) == "https://hooks.example.com/rb/nightly"

@@ -26,6 +26,16 @@ from tests.conftest import REPO
     ("REELBATCH_STEP_CACHE", "1.5", "must be in [0, 1], got '1.5'"),
     ("REELBATCH_TEXT_CACHE", "maybe", "expected 1/0 (or on/off, true/false), got 'maybe'"),
     ("REELBATCH_METRICS_PORT", "70000", "must be a TCP port, a whole number from 1 to 65535, got '70000'"),
+    ("REELBATCH_ALLOWED_WEBHOOKS", "https://a.example/, ftp://b.example/",
+     "prefix 'ftp://b.example/' must be an https:// URL (or http:// where an allowed prefix says http), "
+     "got 'https://a.example/, ftp://b.example/'"),
+    ("REELBATCH_ALLOWED_WEBHOOKS", "https://a.example/?k=1",
+     "prefix 'https://a.example/?k=1' an allowed prefix must not have a ?query, got 'https://a.example/?k=1'"),
+    # A secret is never printed, not even when it is refused.
+    ("REELBATCH_WEBHOOK_SECRET", "hunter2", "must be at least 16 characters, got a value of 7 characters"),
+    ("REELBATCH_WEBHOOK_SECRET", " 0123456789abcdef", "must not begin or end with white space (receivers would "
+                                                     "sign with another key), got a value of 17 characters"),
+    ("REELBATCH_WEBHOOK_BACKOFF_S", "0", "must be a positive finite number, got '0'"),
 ])
 def test_a_bad_value_names_the_variable_and_the_value(name, raw, message):
     with pytest.raises(UsageError) as caught:
@@ -43,6 +53,21 @@ def test_values_are_read_as_their_types_and_unset_ones_take_the_defaults(tmp_pat
     assert (settings.metrics_port, settings.egress_gb_usd) == (9400, 0.0)
     assert settings.database_url == f"sqlite:///{tmp_path / 'reelbatch.db'}"
     assert (settings.lease_s, settings.max_attempts, settings.gpu_hour_usd, settings.queue) == (120.0, 3, 5.41, "render")
+
+
+def test_the_webhook_settings_are_read_and_the_secret_is_never_shown(tmp_path):
+    secret = "s3cr3t-webhook-key-0123"
+    settings = Settings.from_env({"REELBATCH_ALLOWED_WEBHOOKS": "HTTPS://Hooks.Example.com:443/rb, http://127.0.0.1:9/",
+                                  "REELBATCH_WEBHOOK_SECRET": secret})
+    assert settings.allowed_webhooks == ("https://hooks.example.com/rb", "http://127.0.0.1:9/")
+    assert settings.webhook_secret == secret and settings.webhook_backoff_s == 30.0
+    assert secret not in repr(settings)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path), "REELBATCH_WEBHOOK_SECRET": secret}
+    for args in (["settings"], ["settings", "--json"]):
+        proc = subprocess.run([sys.executable, "-m", "jobs", *args], cwd=tmp_path, capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert proc.returncode == 0 and "REELBATCH_WEBHOOK_SECRET" in proc.stdout and secret not in proc.stdout
+        assert "(set, not shown)" in proc.stdout
 
 
 def test_a_command_stops_with_one_line_and_exit_2(tmp_path):

@@ -124,3 +124,37 @@ def test_bad_input_is_refused_loudly(frames, fps, message):
 def test_bad_crf_is_refused(crf):
     with pytest.raises(ValueError, match="crf"):
         encode_mp4(GOOD, 8, crf=crf)
+
+
+def test_h265_is_hevc_tagged_hvc1_and_decodes_to_the_same_frames():
+    frames = gradient_frames(9, 32, 64)
+    data = encode_mp4(frames, 8, codec="h265")
+    info = probe_mp4(data)
+    assert (info.codec, info.pix_fmt, info.frames, info.moov_first) == ("hevc", "yuv420p", 9, True)
+    with av.open(io.BytesIO(data), format="mp4") as container:
+        assert container.streams.video[0].codec_tag == "hvc1"  # Apple's players want hvc1, not FFmpeg's hev1
+    assert np.abs(decode_frames(data).astype(int) - frames.astype(int)).mean() < 3
+
+
+def test_the_preset_reaches_x264():
+    """x264 writes its settings into the stream (an SEI message): x264's preset table gives medium (its default,
+    and reelbatch's) ref=3, subme=7, me=hex, and ultrafast ref=1, subme=0, me=dia, no CABAC."""
+    frames = np.random.default_rng(3).integers(0, 256, (6, 64, 64, 3), dtype=np.uint8)
+    default, fast = encode_mp4(frames, 8), encode_mp4(frames, 8, preset="ultrafast")
+    for setting in (b" ref=3 ", b" me=hex ", b" subme=7 ", b"cabac=1 "):
+        assert setting in default
+    for setting in (b" ref=1 ", b" me=dia ", b" subme=0 ", b"cabac=0 "):
+        assert setting in fast
+    assert probe_mp4(fast).frames == 6
+
+
+@pytest.mark.parametrize("kwargs, message", [({"codec": "av1"}, "codec must be one of h264, h265"),
+                                             ({"preset": "fastest"}, "preset must be one of ultrafast")])
+def test_an_unknown_codec_or_preset_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        encode_mp4(GOOD, 8, **kwargs)
+
+
+def test_h265_refuses_the_width_libx265_corrupts_memory_at():
+    with pytest.raises(ValueError, match="h265 cannot encode frames 48 pixels wide"):
+        encode_mp4(np.zeros((3, 32, 48, 3), dtype=np.uint8), 8, codec="h265")
