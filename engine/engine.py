@@ -98,6 +98,11 @@ class Engine:
             self._pipelines[name] = pipe
         return self._pipelines[name]
 
+    def light_decoder(self, name: str) -> torch.nn.Module | None:
+        """A registration's light decoder (engine.light_decoder), or None where its VAE decodes."""
+        self.pipeline(name)
+        return self._decoders[name]
+
     def render(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None = None) -> list[RenderedVideo]:
         """Render a same-shape batch: text embeddings, denoising, decoding; one generator per video.
 

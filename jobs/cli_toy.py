@@ -130,7 +130,7 @@ def distill(
 
     evaluation_started = time.monotonic()
     settings = Settings.from_env()
-    engine = Engine(settings.engine_config(), with_folder(settings.registry(), "toy-fast", out_dir))
+    engine = Engine(settings.engine_config(), with_folder(settings.registry(), out_dir))
     cases = [(c.prompt, c.seed) for c in sample_set()]
     long_cases = [(f"a {c} {s} moving {d} on a {b} background", LONG_SEEDS + i)
                   for i, (c, s, d, b) in enumerate(COMBINATIONS[5 * i] for i in range(16))]

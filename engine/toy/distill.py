@@ -51,17 +51,17 @@ class DistillConfig:
     # The teacher at its registered defaults.
     teacher_steps: int = 20
     teacher_guidance: float = 2.0
-    samples: int = 1600  # free teacher samples (20 per prompt)
-    continuations: int = 800
+    samples: int = 800  # free teacher samples (10 per prompt)
+    continuations: int = 400
     prefix_latents: int = 2  # the toy registration's chunk_overlap
     shard: int = 160
     generate_batch: int = 32
     # Stage 3.
     rank: int = 32
-    student_steps: int = 3000
+    student_steps: int = 1000
     student_batch: int = 32
     student_lr: float = 1e-3
-    warmup: int = 100
+    warmup: int = 50
     ema: float = 0.995
     # Share of a batch started from the student's own state at its window (its earlier windows run without
     # gradient from the teacher's noise) rather than the teacher's, the target still the teacher's next state.
@@ -69,7 +69,7 @@ class DistillConfig:
     # Stage 4.
     decoder_channels: tuple[int, ...] = field(default=(64, 32, 32))
     decoder_blocks: int = 1
-    decoder_steps: int = 800
+    decoder_steps: int = 500
     decoder_batch: int = 8
     decoder_lr: float = 2e-3
     decoder_teacher_samples: int = 1600  # final teacher latents decoded by the VAE as targets

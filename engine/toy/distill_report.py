@@ -77,6 +77,7 @@ def evaluate(engine: Engine, student: str, cases: Sequence[tuple[str, int]], lon
     registry = engine.registry
     info = registry.get(student)
     teacher_shape, shape = native(registry, info.teacher), native(registry, student)
+    render(engine, teacher_shape, cases[:8])  # warm-up: the teacher's pipeline loaded
     teacher_started = time.perf_counter()
     teacher_videos = render(engine, teacher_shape, cases)
     teacher_s = time.perf_counter() - teacher_started
@@ -91,7 +92,7 @@ def evaluate(engine: Engine, student: str, cases: Sequence[tuple[str, int]], lon
                                 teacher_videos=teacher_videos, batch=8, speedup=teacher_s / student_s)
     gates.record(engine.config.cache_dir, gate)
     pipe = engine.pipeline(student)
-    decoder = engine._decoders[student]
+    decoder = engine.light_decoder(student)
     seconds = {"teacher_render": teacher_s / len(cases), "student_render": student_s / len(cases),
                **_decode_seconds(pipe, decoder, shape)}
     parameters = {"adapter": _adapter_parameters(info), "decoder": sum(p.numel() for p in decoder.parameters()),
@@ -147,11 +148,11 @@ def _adapter_parameters(info) -> int:
     return sum(int(np.prod(t["shape"])) for a in info.adapters for t in read_header(a.path).values())
 
 
-def with_folder(registry: Registry, model: str, folder: Path) -> Registry:
-    """`registry` with `model`'s adapter and decoder read from `folder` (a distill run's output)."""
+def with_folder(registry: Registry, folder: Path) -> Registry:
+    """`registry` with `toy-fast` read from `folder` (a distill run's output) instead of the shipped weights."""
+    from engine.models import TOY_FAST
     from engine.toy.distill_train import ADAPTER_FILE, DECODER_FOLDER
 
-    info = registry.get(model)
-    adapters = tuple(dataclasses.replace(a, path=folder / ADAPTER_FILE) for a in info.adapters)
-    moved = dataclasses.replace(info, adapters=adapters, decoder=folder / DECODER_FOLDER)
-    return Registry({**registry.models, model: moved})
+    adapters = tuple(dataclasses.replace(a, path=folder / ADAPTER_FILE) for a in TOY_FAST.adapters)
+    moved = dataclasses.replace(TOY_FAST, adapters=adapters, decoder=folder / DECODER_FOLDER)
+    return Registry({**registry.models, "toy-fast": moved})

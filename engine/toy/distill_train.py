@@ -44,7 +44,9 @@ def train_student(pipe, config: DistillConfig, work: Path, logger: Logger, finis
     windows = len(sigmas) - 1
     model = pipe.transformer
     model.requires_grad_(False)
-    params = add_lora(model, config.rank)
+    with torch.random.fork_rng(devices=[]):  # PEFT draws lora_A from torch's global generator
+        torch.manual_seed(config.seed)
+        params = add_lora(model, config.rank)
     for p in params:
         p.requires_grad_(True)
     average = [p.detach().clone() for p in params]
