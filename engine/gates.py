@@ -41,9 +41,10 @@ MIN_PSNR_DB = 25.0
 DISTILLED = "distilled"
 # Flicker: the mean absolute change between consecutive frames, in uint8 levels over every pixel and channel, averaged
 # over the set (engine.gates.flicker). A student may flicker at most this many times its teacher's on the same
-# prompts and seeds. On the toy model the teacher's own flicker moves by up to 6% between two sets of 80 seeds, and
-# a decoder that lost the frame-to-frame cache it was trained with (run 5's, decoding past 9 frames) more than doubled
-# it; 1.25 sits between (docs/TOY_TRAINING.md, toy-fast).
+# prompts and seeds. Measured on the toy model (80 videos each, docs/TOY_TRAINING.md, toy-fast): the teacher's own
+# flicker is 13.2 on the quality set and 12.9 on 80 other seeds (3% apart); the 4-step student decoded by the VAE,
+# 13.1 (0.99x); the same student through a light decoder trained without any temporal term, 17.5 and 16.8 (1.31x),
+# a shimmer on the object's edges. 1.25 lets a student move as much as seeds do, several times over, and stops that.
 FLICKER_RATIO = 1.25
 # A frame is blank when its pixels' standard deviation (uint8 levels, every channel) is below this: a flat field.
 # The toy world's frames, an object on a plain background, have 40 or more; Wan frames far more.
@@ -108,9 +109,11 @@ def blank_frames(videos: list[np.ndarray]) -> int:
 
 def judge_distilled(adherence: dict[str, float], teacher: dict[str, float], *, flicker_: float,
                     teacher_flicker: float, blank: int, teacher_blank: int) -> list[str]:
-    """Why a distilled registration fails its gate against its teacher (nothing when it passes)."""
+    """Why a distilled registration fails its gate against its teacher (nothing when it passes). Each judged
+    attribute counts; `all_four` (all of them at once) is reported, not gated: the issue's rule is per attribute."""
     failures = [f"{name} adherence {adherence[name]:.1%} is more than {ADHERENCE_POINTS:.0%} below the teacher's "
-                f"{teacher[name]:.1%}" for name in teacher if adherence[name] < teacher[name] - ADHERENCE_POINTS - 1e-9]
+                f"{teacher[name]:.1%}" for name in teacher
+                if name != "all_four" and adherence[name] < teacher[name] - ADHERENCE_POINTS - 1e-9]
     if blank > teacher_blank:
         failures.append(f"{blank} blank frames (the teacher: {teacher_blank})")
     if flicker_ > FLICKER_RATIO * teacher_flicker:

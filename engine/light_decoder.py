@@ -40,6 +40,10 @@ class DecoderConfig:
     channels: tuple[int, ...] = field(default=(64, 32, 32))
     # Memory blocks at each of those resolutions.
     blocks: int = 1
+    # The VAE's latent statistics (its config's latents_mean and latents_std): the decoder normalises its input with
+    # them, so it trains on unit-scale values whatever the VAE's scale.
+    latents_mean: tuple[float, ...] | None = None
+    latents_std: tuple[float, ...] | None = None
 
     def __post_init__(self):
         ups = math.log2(self.spatial_factor)
@@ -76,12 +80,25 @@ class LightDecoder(nn.Module):
         self.ups = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(c[:-1], c[1:]))
         self.up_blocks = nn.ModuleList(nn.ModuleList(_MemBlock(b) for _ in range(config.blocks)) for b in c[1:])
         self.conv_out = nn.Conv2d(c[-1], 3, 3, padding=1)
+        # A linear path from each latent cell straight to its pixels in every frame it makes (a 1x1 convolution and
+        # a pixel shuffle): colour is close to a linear function of the latents, and this path learns it at once,
+        # leaving the convolutions the edges and shapes.
+        self.skip = nn.Conv2d(config.latent_channels, 3 * config.temporal_factor * config.spatial_factor ** 2, 1)
+        if config.latents_mean is not None:
+            view = (1, -1, 1, 1, 1)
+            self.register_buffer("mean", torch.tensor(config.latents_mean).view(view), persistent=False)
+            self.register_buffer("std", torch.tensor(config.latents_std).view(view), persistent=False)
+        else:
+            self.mean = self.std = None
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """(B, C, L, h, w) de-normalised latents -> (B, 3, 1 + t * (L - 1), H, W) frames, unclamped."""
         batch, _, latents, h, w = z.shape
-        t = self.config.temporal_factor
+        t, s = self.config.temporal_factor, self.config.spatial_factor
+        if self.mean is not None:
+            z = (z - self.mean) / self.std
         x = z.permute(0, 2, 1, 3, 4).flatten(0, 1)  # (B * L, C, h, w)
+        skip = F.pixel_shuffle(self.skip(x).unflatten(1, (t, -1)).flatten(0, 1), s)  # (B * L * t, 3, H, W)
         x = F.relu(self.conv_in(x))
         for block in self.latent_blocks:
             x = block(x, latents)
@@ -91,7 +108,7 @@ class LightDecoder(nn.Module):
             x = F.relu(up(F.interpolate(x, scale_factor=2, mode="nearest")))
             for block in blocks:
                 x = block(x, frames)
-        x = self.conv_out(x).unflatten(0, (batch, frames))[:, t - 1 :]  # latent 0 is one frame
+        x = (self.conv_out(x) + skip).unflatten(0, (batch, frames))[:, t - 1 :]  # latent 0 is one frame
         return x.permute(0, 2, 1, 3, 4)
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
@@ -117,7 +134,8 @@ def read_config(folder: Path) -> DecoderConfig:
     unknown = set(fields) - set(DecoderConfig.__dataclass_fields__)
     if unknown:
         raise ValueError(f"unknown fields {sorted(unknown)}")
-    return DecoderConfig(**{**fields, "channels": tuple(fields.get("channels", DecoderConfig.channels))})
+    tuples = {k: tuple(fields[k]) for k in ("channels", "latents_mean", "latents_std") if fields.get(k) is not None}
+    return DecoderConfig(**{**fields, **tuples})
 
 
 def load(folder: Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> LightDecoder:

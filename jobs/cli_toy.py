@@ -75,7 +75,7 @@ def train(
 
 
 # A one-minute distillation for tests and for trying the command: every stage, a few steps each.
-QUICK_DISTILL = dict(samples=80, continuations=16, shard=48, student_steps=12, decoder_steps=6,
+QUICK_DISTILL = dict(samples=80, continuations=16, shard=48, student_steps=12, decoder_steps=6, refine_steps=6,
                      decoder_teacher_samples=32, decoder_long_clips=4, warmup=3, log_every=3, checkpoint_every=6)
 # Judged after `toy distill`: sixteen 4 s videos, prompts 5i of the 80 (every colour, and every shape, direction and
 # background pairing once), seeds outside the quality set's 7000-7079.

@@ -36,7 +36,8 @@ import torch
 from engine.toy.model import SCHEDULER_SHIFT
 from engine.toy.world import COMBINATIONS
 
-STAGES = ("teacher", "continuations", "student", "decoder")
+# In this order; "refine" last so that adding it left the decoder's random draws (seeded by stage index) as they were.
+STAGES = ("teacher", "continuations", "student", "decoder", "refine")
 # jobs.quality.SEED_BASE .. + SAMPLE_SIZE: never drawn here (that would be training on the quality set's noise).
 QUALITY_SEEDS = range(7000, 7080)
 
@@ -63,15 +64,21 @@ class DistillConfig:
     student_lr: float = 1e-3
     warmup: int = 50
     ema: float = 0.995
-    # Share of a batch started from the student's own state at its window (its earlier windows run without
-    # gradient from the teacher's noise) rather than the teacher's, the target still the teacher's next state.
-    rollout_fraction: float = 0.0
+    # Stage 5, refine: from the student, this share of a batch started from the student's own state at its window
+    # (its earlier windows run without gradient from the teacher's noise) rather than the teacher's, the target still
+    # the teacher's next state; and the loss on where the step lands (the velocity's error times the window's length,
+    # normalised over the batch) rather than on the velocity, so each window weighs as much as it moves the sample
+    # and the long window where the shape is decided (0.64 -> 0.1) is not outweighed by the short early ones.
+    refine_steps: int = 300
+    refine_lr: float = 3e-4
+    rollout_fraction: float = 0.5
+    landing_loss: bool = True
     # Stage 4.
-    decoder_channels: tuple[int, ...] = field(default=(64, 32, 32))
+    decoder_channels: tuple[int, ...] = field(default=(32, 16, 8))
     decoder_blocks: int = 1
-    decoder_steps: int = 500
+    decoder_steps: int = 800
     decoder_batch: int = 8
-    decoder_lr: float = 2e-3
+    decoder_lr: float = 3e-3
     decoder_teacher_samples: int = 1600  # final teacher latents decoded by the VAE as targets
     decoder_long_clips: int = 160  # 33-frame world clips
     decoder_object_weight: float = 8.0
@@ -116,7 +123,7 @@ def distill(config: DistillConfig, teacher_folder: Path, work: Path, out: Path,
     """Run (or resume) every stage in `work`, then write the adapter and the light decoder to `out`."""
     from diffusers import WanPipeline
 
-    from engine.toy.distill_train import export, train_decoder, train_student
+    from engine.toy.distill_train import export, train_decoder, train_refine, train_student
 
     if config.continuations and config.samples < len(COMBINATIONS):
         raise ValueError(f"samples must be at least {len(COMBINATIONS)} (one per prompt) for continuations to "
@@ -128,7 +135,7 @@ def distill(config: DistillConfig, teacher_folder: Path, work: Path, out: Path,
     logger = Logger(work / "distill-log.jsonl", on_log)
     progress = Progress(seconds={}, losses={})
     funcs = {"teacher": generate_free, "continuations": generate_continuations, "student": train_student,
-             "decoder": train_decoder}
+             "decoder": train_decoder, "refine": train_refine}
     finished: dict[str, dict] = {}
     for stage in STAGES:
         done = work / f"{stage}.done.pt"

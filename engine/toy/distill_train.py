@@ -34,6 +34,23 @@ def add_lora(transformer, rank: int) -> list[torch.nn.Parameter]:
 
 
 def train_student(pipe, config: DistillConfig, work: Path, logger: Logger, finished: dict) -> dict:
+    """Stage 3: from the teacher (LoRA B at zero), on the teacher's states, the loss on the velocity."""
+    return _train_lora(pipe, config, work, logger, finished, stage="student", steps=config.student_steps,
+                       lr=config.student_lr, rollout=0.0, landing=False, start=None)
+
+
+def train_refine(pipe, config: DistillConfig, work: Path, logger: Logger, finished: dict) -> dict:
+    """Stage 5: the student refined from its own states (a `rollout_fraction` of each batch starts where the
+    student's earlier steps put it, the target still the teacher's next state), the loss on where a step lands."""
+    return _train_lora(pipe, config, work, logger, finished, stage="refine", steps=config.refine_steps,
+                       lr=config.refine_lr, rollout=config.rollout_fraction, landing=config.landing_loss,
+                       start=finished["student"]["lora"])
+
+
+def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finished: dict, *, stage: str, steps: int,
+                lr: float, rollout: float, landing: bool, start: dict | None) -> dict:
+    from peft.utils import set_peft_model_state_dict
+
     from engine.denoise import tied_tokens
     from engine.toy.train_transformer import prompt_table
 
@@ -47,12 +64,14 @@ def train_student(pipe, config: DistillConfig, work: Path, logger: Logger, finis
     with torch.random.fork_rng(devices=[]):  # PEFT draws lora_A from torch's global generator
         torch.manual_seed(config.seed)
         params = add_lora(model, config.rank)
+    if start is not None:
+        set_peft_model_state_dict(model, start)
     for p in params:
         p.requires_grad_(True)
     average = [p.detach().clone() for p in params]
-    optimizer = torch.optim.AdamW(params, lr=config.student_lr, weight_decay=0.0)
-    schedule = _warmup_cosine(optimizer, config.student_steps, config.warmup)
-    step, seconds = _resume(work / "student.last.pt", params, average, optimizer, schedule)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    schedule = _warmup_cosine(optimizer, steps, min(config.warmup, steps // 10))
+    step, seconds = _resume(work / f"{stage}.last.pt", params, average, optimizer, schedule)
     patch = model.config.patch_size
     started, smoothed = time.monotonic(), None
 
@@ -65,20 +84,23 @@ def train_student(pipe, config: DistillConfig, work: Path, logger: Logger, finis
             return model(x, t[:, None].expand(clean.shape).masked_fill(clean, 0), text, return_dict=False)[0]
         return model(x, t, text, return_dict=False)[0]
 
-    while step < config.student_steps:
-        rng = rng_for(config, "student", step)
+    while step < steps:
+        rng = rng_for(config, stage, step)
         pick = torch.from_numpy(rng.integers(0, len(data["states"]), config.student_batch))
         k = torch.from_numpy(rng.integers(0, windows, config.student_batch))
         states, prefix, text = data["states"][pick], data["prefix"][pick], embeds[data["prompts"][pick]]
         x = states[torch.arange(len(pick)), k].clone()
         target = states[torch.arange(len(pick)), k + 1]
-        rollout = torch.from_numpy(rng.random(len(pick)) < config.rollout_fraction) & (k > 0)
-        if rollout.any():
-            x[rollout] = _rollout(velocity, states[rollout, 0], k[rollout], text[rollout], prefix[rollout], sigmas)
+        own = torch.from_numpy(rng.random(len(pick)) < rollout) & (k > 0)
+        if own.any():
+            x[own] = _rollout(velocity, states[own, 0], k[own], text[own], prefix[own], sigmas)
         v = velocity(x, k, text, prefix)
-        wanted = (target - x) / (sigmas[k + 1] - sigmas[k]).view(-1, 1, 1, 1, 1)
+        length = (sigmas[k + 1] - sigmas[k]).view(-1, 1, 1, 1, 1)
+        wanted = (target - x) / length
         keep = _keep_mask(x, prefix)
-        loss = (((v - wanted) ** 2) * keep).sum() / keep.sum()
+        if landing:
+            keep = keep * length**2 / (length**2).mean()
+        loss = (((v - wanted) ** 2) * keep).sum() / _keep_mask(x, prefix).sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -90,11 +112,11 @@ def train_student(pipe, config: DistillConfig, work: Path, logger: Logger, finis
             for a, p in zip(average, params):
                 a.lerp_(p, 1 - decay)
         smoothed = loss.item() if smoothed is None else 0.95 * smoothed + 0.05 * loss.item()
-        if step % config.log_every == 0 or step == config.student_steps:
-            logger.log(stage="student", step=step, of=config.student_steps, loss=loss.item(), smoothed=smoothed,
+        if step % config.log_every == 0 or step == steps:
+            logger.log(stage=stage, step=step, of=steps, loss=loss.item(), smoothed=smoothed,
                        lr=schedule.get_last_lr()[0], seconds=seconds + time.monotonic() - started)
-        if step % config.checkpoint_every == 0 and step < config.student_steps:
-            _checkpoint(work / "student.last.pt", params, average, optimizer, schedule, step,
+        if step % config.checkpoint_every == 0 and step < steps:
+            _checkpoint(work / f"{stage}.last.pt", params, average, optimizer, schedule, step,
                         seconds + time.monotonic() - started)
     with torch.no_grad():
         for a, p in zip(average, params):
@@ -102,8 +124,9 @@ def train_student(pipe, config: DistillConfig, work: Path, logger: Logger, finis
     model.requires_grad_(False).eval()
     from peft.utils import get_peft_model_state_dict
 
-    return {"lora": {k: v.clone() for k, v in get_peft_model_state_dict(model).items()},
-            "seconds": seconds + time.monotonic() - started, "loss": smoothed}
+    lora = {k: v.clone() for k, v in get_peft_model_state_dict(model).items()}
+    model.delete_adapters(["default"])  # the transformer is the teacher again for the stages after
+    return {"lora": lora, "seconds": seconds + time.monotonic() - started, "loss": smoothed}
 
 
 @torch.no_grad()
@@ -140,7 +163,7 @@ def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finis
         decoder = light_decoder.LightDecoder(light_decoder.DecoderConfig(
             latent_channels=vae.z_dim, spatial_factor=vae.scale_factor_spatial,
             temporal_factor=vae.scale_factor_temporal, channels=tuple(config.decoder_channels),
-            blocks=config.decoder_blocks))
+            blocks=config.decoder_blocks, latents_mean=tuple(vae.latents_mean), latents_std=tuple(vae.latents_std)))
     params = list(decoder.parameters())
     optimizer = torch.optim.AdamW(params, lr=config.decoder_lr, weight_decay=0.0)
     schedule = _warmup_cosine(optimizer, config.decoder_steps, min(config.warmup, config.decoder_steps // 10))
@@ -214,7 +237,8 @@ def export(pipe, config: DistillConfig, finished: dict, out: Path) -> None:
     from diffusers import WanPipeline
 
     out.mkdir(parents=True, exist_ok=True)
-    WanPipeline.save_lora_weights(out, transformer_lora_layers=finished["student"]["lora"], weight_name=ADAPTER_FILE,
+    student = finished["refine"] if config.refine_steps else finished["student"]
+    WanPipeline.save_lora_weights(out, transformer_lora_layers=student["lora"], weight_name=ADAPTER_FILE,
                                   safe_serialization=True)
     decoder = light_decoder.LightDecoder(finished["decoder"]["decoder_config"])
     decoder.load_state_dict(finished["decoder"]["decoder"])

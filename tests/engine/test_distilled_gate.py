@@ -27,6 +27,9 @@ def test_two_points_below_the_teacher_passes_and_one_verdict_more_fails():
         "shape adherence 80.0% is more than 2% below the teacher's 82.5%"]
     assert judge({"colour": 1.0, "shape": 0.9, "direction": 0.9375, "background": 1.0}) == [
         "direction adherence 93.8% is more than 2% below the teacher's 96.2%"]
+    # All four at once is not an attribute: reported, not gated.
+    assert gates.judge_distilled({**TEACHER, "all_four": 0.70}, {**TEACHER, "all_four": 0.79}, flicker_=1.0,
+                                 teacher_flicker=1.0, blank=0, teacher_blank=0) == []
 
 
 def test_blank_frames_and_flicker_beyond_the_teachers_fail():
