@@ -12,14 +12,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine import denoise, gates
+from engine import adapt, denoise, gates
 from engine.config import EngineConfig
 from engine.fast_ops import use_fast_vae_norm
 from engine.chunks import chunk_seed
 from engine.errors import ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
 from engine.models import ModelInfo, Registry
 from engine.stitch import seam_score, stitch
-from engine.text_cache import ALL_PARTS, TextEmbeddingCache, model_identity
+from engine.text_cache import TextEmbeddingCache, model_identity
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape, add_stages
 
@@ -31,6 +31,8 @@ class Engine:
         self.config = config
         self.registry = registry
         self._pipelines: dict[str, object] = {}
+        # A registration's light decoder (engine.light_decoder), used in place of its VAE's decoder.
+        self._decoders: dict[str, torch.nn.Module | None] = {}
         self._identities: dict[str, str] = {}
         # Shape key -> the largest batch that fitted in device memory, learnt from out-of-memory errors.
         self.max_batch: dict[str, int] = {}
@@ -40,10 +42,14 @@ class Engine:
         self.gate_checked: set[str] = set()
 
     def check_gate(self, name: str) -> None:
-        """Refuse (engine.gates.UngatedSetting) the lossy accelerators on a model whose recorded gate did not pass."""
-        if self.config.lossy() and name not in self.gate_checked:
-            path = self.model_path(self.registry.get(name))
-            gates.require(self.config.cache_dir, name, model_identity(path, ALL_PARTS), self.config.lossy())
+        """Refuse (engine.gates.UngatedSetting) the lossy accelerators on a model whose recorded gate did not pass,
+        and a distilled registration (one naming a teacher) whose distilled gate did not."""
+        info = self.registry.get(name)
+        needed = [s for s in (gates.DISTILLED if info.teacher else "", self.config.lossy()) if s]
+        if needed and name not in self.gate_checked:
+            identity = adapt.identity(info, self.model_path(info))
+            for setting in needed:
+                gates.require(self.config.cache_dir, name, identity, setting)
             self.gate_checked.add(name)
 
     def model_path(self, info: ModelInfo):
@@ -70,6 +76,8 @@ class Engine:
             # Wan's VAE is numerically sensitive: keep it in fp32 whatever the transformer runs in.
             pipe = WanPipeline.from_pretrained(self.model_path(info), dtype={"default": dtype, "vae": torch.float32},
                                                use_safetensors=True)
+            # A registration's adapters fused, its sampler and light decoder (engine.adapt), before compiling.
+            self._decoders[name] = adapt.apply(pipe, info, device)
             pipe.to(device)
             if self.config.offloads_text_encoder():
                 pipe.text_encoder.to("cpu")  # to the device only to encode what the cache lacks (_embeddings)
@@ -91,6 +99,11 @@ class Engine:
                 pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=self.config.step_cache))
             self._pipelines[name] = pipe
         return self._pipelines[name]
+
+    def light_decoder(self, name: str) -> torch.nn.Module | None:
+        """A registration's light decoder (engine.light_decoder), or None where its VAE decodes."""
+        self.pipeline(name)
+        return self._decoders[name]
 
     def render(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None = None) -> list[RenderedVideo]:
         """Render a same-shape batch: text embeddings, denoising, decoding; one generator per video.
@@ -162,7 +175,7 @@ class Engine:
             clock.lap("denoise")
             # 2. Decode, as WanPipeline.__call__ ends (chunks of a long video keep their latents for the stitch).
             decode = [i for i, r in enumerate(requests) if not r.latents_only]
-            videos = np.asarray(decode_latents(pipe, latents[decode])) if decode else None
+            videos = np.asarray(decode_latents(pipe, latents[decode], self._decoders[shape.model])) if decode else None
             clock.lap("decode")
         # Same shape, same work: each video's share of the batch's stage times is equal.
         share = {stage: seconds / len(requests) for stage, seconds in clock.laps.items()}
@@ -186,7 +199,7 @@ class Engine:
         pipe = self.pipeline(model)
         clock = _Clock(self.config.torch_device())
         with torch.inference_mode():
-            (video,) = np.asarray(decode_latents(pipe, latents[None]))
+            (video,) = np.asarray(decode_latents(pipe, latents[None], self._decoders[model]))
         clock.lap("decode")
         return _to_uint8(request, video, clock.laps)
 
@@ -252,16 +265,17 @@ def _check_shape(pipe, shape) -> None:
         raise RenderError(f"{shape.frames} frames: {shape.model} renders {temporal}k+1 frames")
 
 
-def decode_latents(pipe, latents: torch.Tensor) -> np.ndarray:
+def decode_latents(pipe, latents: torch.Tensor, decoder: torch.nn.Module | None = None) -> np.ndarray:
     """Latents to (B, F, H, W, 3) floats in [0, 1]: the end of diffusers' WanPipeline.__call__ (0.3x-0.4x), op for op,
-    so a render split here is bit-identical to one call with output_type="np"."""
+    so a render split here is bit-identical to one call with output_type="np". A light `decoder`
+    (engine.light_decoder) takes the place of `vae.decode`: the same input, the same output range."""
     vae = pipe.vae
     latents = latents.to(vae.device, vae.dtype)
     view = (1, vae.config.z_dim, 1, 1, 1)
     latents_mean = torch.tensor(vae.config.latents_mean).view(view).to(latents.device, latents.dtype)
     latents_std = 1.0 / torch.tensor(vae.config.latents_std).view(view).to(latents.device, latents.dtype)
     latents = latents / latents_std + latents_mean
-    video = vae.decode(latents, return_dict=False)[0]
+    video = vae.decode(latents, return_dict=False)[0] if decoder is None else decoder.decode(latents)
     return pipe.video_processor.postprocess_video(video, output_type="np")
 
 

@@ -7,6 +7,14 @@ step-caching papers report it; the minimum is recorded beside it) against the ex
 The engine loads a model with a lossy setting only when a passing record exists for that model's identity (all its
 files' names, sizes and modification times) and that exact setting; a changed model needs measuring again.
 
+A distilled registration (one naming a `teacher`: a few-step, guidance-free student) is another model, not a lossy
+setting, so its gate (setting DISTILLED) asks other things: prompt adherence per attribute no more than
+ADHERENCE_POINTS below the teacher's on the same sample set, no more blank frames than the teacher's, and flicker
+within FLICKER_RATIO of the teacher's (judge_distilled). Its PSNR against the teacher is recorded, not required:
+another model draws other pixels from the same noise. The engine loads a distilled registration only when a
+passing DISTILLED record exists for its identity (engine.adapt.identity: the folder, its adapters, sampler and
+decoder).
+
 Records live in one JSON file under the cache folder, written atomically, so every worker sharing the cache folder
 sees the same gates.
 """
@@ -17,7 +25,10 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+
+import numpy as np
 
 from engine.errors import RenderError
 
@@ -26,6 +37,18 @@ GATES_FILE = "quality-gates.json"
 # exact renders must reach this.
 ADHERENCE_POINTS = 0.02
 MIN_PSNR_DB = 25.0
+# The setting a distilled registration's gate is recorded under.
+DISTILLED = "distilled"
+# Flicker: the mean absolute change between consecutive frames, in uint8 levels over every pixel and channel, averaged
+# over the set (engine.gates.flicker). A student may flicker at most this many times its teacher's on the same
+# prompts and seeds. Measured on the toy model (80 videos each, docs/TOY_TRAINING.md, toy-fast): the teacher's own
+# flicker is 13.2 on the quality set and 12.9 on 80 other seeds (3% apart); the 4-step student decoded by the VAE,
+# 13.1 (0.99x); the same student through a light decoder trained without any temporal term, 17.5 and 16.8 (1.31x),
+# a shimmer on the object's edges. 1.25 lets a student move as much as seeds do, several times over, and stops that.
+FLICKER_RATIO = 1.25
+# A frame is blank when its pixels' standard deviation (uint8 levels, every channel) is below this: a flat field.
+# The toy world's frames, an object on a plain background, have 40 or more; Wan frames far more.
+BLANK_STD = 2.0
 
 
 class UngatedSetting(RenderError):
@@ -47,6 +70,12 @@ class Gate:
     exact_adherence: dict[str, float]
     measured_at: str
     failures: list[str] = field(default_factory=list)
+    # A distilled registration's gate: its teacher, and flicker and blank frames, its own and the teacher's.
+    teacher: str | None = None
+    flicker: float | None = None
+    teacher_flicker: float | None = None
+    blank_frames: int | None = None
+    teacher_blank_frames: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -64,6 +93,53 @@ def judge(adherence: dict[str, float], exact: dict[str, float], psnr_db_mean: fl
         failures.append(f"mean PSNR against the exact renders is {psnr_db_mean:.1f} dB (at least {MIN_PSNR_DB:g} "
                         f"dB required)")
     return failures
+
+
+def flicker(videos: list[np.ndarray]) -> float:
+    """The mean absolute change between consecutive frames (uint8 levels, every pixel and channel), averaged over
+    the videos: what a viewer sees as shimmer on top of the motion, which the teacher's renders of the same prompts
+    and seeds share."""
+    return float(np.mean([np.abs(np.diff(v.astype(np.float32), axis=0)).mean() for v in videos]))
+
+
+def blank_frames(videos: list[np.ndarray]) -> int:
+    """How many frames of the videos are flat fields (pixel standard deviation below BLANK_STD)."""
+    return int(sum((v.reshape(len(v), -1).std(axis=1) < BLANK_STD).sum() for v in videos))
+
+
+def judge_distilled(adherence: dict[str, float], teacher: dict[str, float], *, flicker_: float,
+                    teacher_flicker: float, blank: int, teacher_blank: int) -> list[str]:
+    """Why a distilled registration fails its gate against its teacher (nothing when it passes). Each judged
+    attribute counts; `all_four` (all of them at once) is reported, not gated: the issue's rule is per attribute."""
+    failures = [f"{name} adherence {adherence[name]:.1%} is more than {ADHERENCE_POINTS:.0%} below the teacher's "
+                f"{teacher[name]:.1%}" for name in teacher
+                if name != "all_four" and adherence[name] < teacher[name] - ADHERENCE_POINTS - 1e-9]
+    if blank > teacher_blank:
+        failures.append(f"{blank} blank frames (the teacher: {teacher_blank})")
+    if flicker_ > FLICKER_RATIO * teacher_flicker:
+        failures.append(f"flicker {flicker_:.2f} is over {FLICKER_RATIO:g}x the teacher's {teacher_flicker:.2f}")
+    return failures
+
+
+def distilled_gate(model: str, identity: str, teacher: str, *, adherence: dict[str, float],
+                   teacher_adherence: dict[str, float], videos: list[np.ndarray], teacher_videos: list[np.ndarray],
+                   batch: int, speedup: float) -> Gate:
+    """A distilled registration's gate from its renders and its teacher's of the same sample set (raw frames, the
+    adherence judged as the caller judges it, e.g. after MP4): PSNR and SSIM against the teacher reported, flicker
+    and blank frames compared."""
+    from engine.metrics import psnr, ssim
+
+    psnrs = [psnr(a, b) for a, b in zip(videos, teacher_videos)]
+    ssims = [ssim(a, b) for a, b in zip(videos, teacher_videos)]
+    measured = {"flicker_": flicker(videos), "teacher_flicker": flicker(teacher_videos),
+                "blank": blank_frames(videos), "teacher_blank": blank_frames(teacher_videos)}
+    return Gate(model=model, identity=identity, setting=DISTILLED, count=len(videos), batch=batch, speedup=speedup,
+                psnr_db_min=float(min(psnrs)), psnr_db_mean=float(np.mean(psnrs)), ssim_min=float(min(ssims)),
+                adherence=adherence, exact_adherence=teacher_adherence,
+                measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                failures=judge_distilled(adherence, teacher_adherence, **measured), teacher=teacher,
+                flicker=measured["flicker_"], teacher_flicker=measured["teacher_flicker"],
+                blank_frames=measured["blank"], teacher_blank_frames=measured["teacher_blank"])
 
 
 def _path(cache_dir: Path) -> Path:
@@ -93,6 +169,15 @@ def record(cache_dir: Path, gate: Gate) -> None:
 def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
     """The passing gate for `setting` on this model; else UngatedSetting saying what to run."""
     found = load(cache_dir).get(f"{identity}|{setting}")
+    if setting == DISTILLED:
+        how = f"measure it against its teacher with `reelbatch bench --quality --model {model}`"
+        if found is None:
+            raise UngatedSetting(f"model {model!r} is distilled and has no recorded quality gate against its teacher "
+                                 f"(as its files are now): {how}")
+        if not found["passed"]:
+            raise UngatedSetting(f"model {model!r} failed its distilled quality gate "
+                                 f"({'; '.join(found['failures'])})")
+        return found
     how = f"measure it with `reelbatch bench --quality --model {model} --setting {setting}`"
     if found is None:
         raise UngatedSetting(f"lossy setting {setting} has no recorded quality gate for model {model!r} (as its "

@@ -6,6 +6,7 @@ A manifest names a model; only the operator maps names to folders (the built-in 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ import yaml
 
 from engine.chunks import ChunkPlan, plan
 from engine.errors import ModelNotFound
+from engine.registration import Adapter, Problem, Sampler, parse_adapters, parse_decoder, parse_sampler, wrap
 
 # The longest video: this many windows (Wan: 64 x ~4.75 s, about 5 minutes at 16 fps).
 MAX_CHUNKS = 64
@@ -52,6 +54,13 @@ class ModelInfo:
     # WanPipeline.__call__ defaults to 512 text tokens but encode_prompt to 226: always pass it, and key caches on it.
     max_sequence_length: int = 512
     builtin: bool = False
+    # A few-step variant of the folder (engine.registration): LoRA adapters fused at load, a sampler replacing the
+    # folder's scheduler, a light decoder replacing the VAE's, and the registration it was distilled from, which
+    # its quality gate is measured against (engine.gates.judge_distilled).
+    adapters: tuple[Adapter, ...] = ()
+    sampler: Sampler | None = None
+    decoder: Path | None = None
+    teacher: str | None = None
 
     def chunk_plan(self, frames: int) -> ChunkPlan:
         """How a video of `frames` is rendered: one pass, or chunks of the window."""
@@ -95,6 +104,15 @@ TOY = ModelInfo(
     chunk_condition="clean",
 )
 
+# `toy-fast`, distilled from `toy` by `reelbatch toy distill` (engine.toy.distill; its card in the folder): the toy
+# folder with a LoRA, a 4-step Euler sampler and a light decoder. Guidance 1: one transformer pass a step.
+TOY_FAST_WEIGHTS = TOY_WEIGHTS.parent / "weights-fast"
+TOY_FAST = dataclasses.replace(
+    TOY, name="toy-fast", defaults=dataclasses.replace(TOY.defaults, steps=4, guidance=1.0),
+    adapters=(Adapter(TOY_FAST_WEIGHTS / "adapter.safetensors"),),
+    sampler=Sampler("flow_euler", 3.0, 0.1), decoder=TOY_FAST_WEIGHTS / "decoder", teacher="toy",
+)
+
 # Wan2.1-T2V-1.3B's published defaults (832x480, 81 frames at 16 fps, 50 steps, guidance 5.0).
 WAN_DEFAULTS = ModelDefaults(width=832, height=480, fps=16, duration_s=5.0, steps=50, guidance=5.0)
 
@@ -102,10 +120,13 @@ _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__da
 
 
 def builtin_models() -> dict[str, ModelInfo]:
-    """`tiny` always; `toy` once its trained weights are in place (`reelbatch toy train --out engine/toy/weights`)."""
+    """`tiny` always; `toy` once its trained weights are in place (`reelbatch toy train --out engine/toy/weights`),
+    and `toy-fast` beside it once distilled (`reelbatch toy distill --out engine/toy/weights-fast`)."""
     models = {"tiny": TINY}
     if (TOY_WEIGHTS / "model_index.json").is_file():
         models["toy"] = TOY
+        if TOY_FAST.adapters[0].path.is_file() and TOY_FAST.decoder is not None and TOY_FAST.decoder.is_dir():
+            models["toy-fast"] = TOY_FAST
     return models
 
 
@@ -137,6 +158,15 @@ def load_registry(models_file: Path | None = None) -> Registry:
           defaults: {width: 832, height: 480, fps: 16, duration_s: 5, steps: 50, guidance: 5.0}
           max_frames: 81      # the window; longer videos render in chunks sharing chunk_overlap latents (2)
           chunk_condition: noised   # or clean, for a model trained to continue a clean prefix
+        wan-1.3b-fast:            # the same folder, distilled: its own name, shape key and quality gate
+          path: /models/Wan2.1-T2V-1.3B-Diffusers
+          adapters: [{path: /models/wan-step-distill-lora.safetensors, scale: 1.0}]   # diffusers LoRA layout
+          sampler: {name: flow_euler, shift: 5.0}   # flow_euler (shift_terminal too), flow_unipc or flow_dpm
+          decoder: /models/wan-light-decoder         # engine.light_decoder folder; the VAE's encoder stays
+          teacher: wan-1.3b       # refused until its distilled gate passed (engine.gates)
+          defaults: {steps: 4, guidance: 1.0}        # guidance <= 1: one transformer pass a step
+
+    Each addition is checked here, from file headers and configs (engine.registration).
     """
     registry = Registry()
     if models_file is None:
@@ -168,8 +198,25 @@ def load_registry(models_file: Path | None = None) -> Registry:
             chunk_overlap=int(entry.get("chunk_overlap", 2)),
             chunk_condition=_chunk_condition(models_file, name, entry.get("chunk_condition", "noised")),
             max_sequence_length=int(entry.get("max_sequence_length", 512)),
+            **_additions(models_file, str(name), entry, path),
         )
+    for info in registry.models.values():
+        if info.teacher is not None and (info.teacher not in registry or info.teacher == info.name):
+            raise ModelNotFound(f"{models_file}: model {info.name!r}: teacher: {info.teacher!r} is not another "
+                                f"registered model (registered: {', '.join(registry.names())})")
     return registry
+
+
+def _additions(models_file: Path, name: str, entry: dict, path: Path) -> dict:
+    """The adapters, sampler, decoder and teacher of an entry, checked (engine.registration)."""
+    try:
+        teacher = entry.get("teacher")
+        if teacher is not None and not isinstance(teacher, str):
+            raise Problem(f"teacher must be a model name, got {teacher!r}")
+        return {"adapters": parse_adapters(entry.get("adapters"), path), "sampler": parse_sampler(entry.get("sampler")),
+                "decoder": parse_decoder(entry.get("decoder"), path), "teacher": teacher}
+    except Problem as problem:
+        raise wrap(models_file, name, problem) from None
 
 
 CHUNK_CONDITIONS = ("noised", "clean")

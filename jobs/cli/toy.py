@@ -1,4 +1,5 @@
-"""`reelbatch toy train` and `reelbatch toy sheet`: the toy model's training run and a picture of its output.
+"""`reelbatch toy train`, `toy distill` and `toy sheet`: the toy model's training run, its few-step student, and a
+picture of its output.
 
 jobs.cli.app registers them with `app.add_typer(toy_app, name="toy")`.
 """
@@ -71,6 +72,79 @@ def train(
                        f"{torch.__version__}, {torch.get_num_threads()} threads",
                evaluation_s=time.monotonic() - evaluation_started)
     out.print(f"model card: {out_dir / 'README.md'}; judged adherence {results.quality.adherence}")
+
+
+# A one-minute distillation for tests and for trying the command: every stage, a few steps each.
+QUICK_DISTILL = dict(samples=80, continuations=16, shard=48, student_steps=12, decoder_steps=6, refine_steps=6,
+                     decoder_teacher_samples=32, decoder_long_clips=4, warmup=3, log_every=3, checkpoint_every=6)
+# Judged after `toy distill`: sixteen 4 s videos, prompts 5i of the 80 (every colour, and every shape, direction and
+# background pairing once), seeds outside the quality set's 7000-7079.
+LONG_SEEDS = 9100
+
+
+@toy_app.command("distill")
+def distill(
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the adapter, light decoder and card go; "
+                                          "engine/toy/weights-fast replaces the built-in toy-fast.")] = Path(
+        "toy-fast-model"),
+    work: Annotated[Path, typer.Option("--work", help="Teacher samples, checkpoints and the loss log; rerun with the "
+                                       "same folder to resume a killed run.")] = Path(".toy-distill"),
+    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage).")] = False,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Default: the committed student's seed.")] = None,
+    evaluate: Annotated[bool, typer.Option(help="Judge the student against `toy`, record its gate, write its "
+                                           "card.")] = True,
+) -> None:
+    """Distil the shipped `toy` into `toy-fast`: a 4-step guidance-free LoRA and a light decoder, on CPU (about half
+    an hour on 2 cores). Writes them and a model card (README.md) to --out."""
+    import torch
+
+    from engine.models import TOY_WEIGHTS
+    from engine.toy.distill import DistillConfig
+    from engine.toy.distill import distill as run_distill
+
+    config = DistillConfig(**QUICK_DISTILL) if quick else DistillConfig()
+    if seed is not None:
+        config = dataclasses.replace(config, seed=seed)
+
+    def show(record: dict) -> None:
+        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
+                 if k not in ("stage", "step", "of")]
+        out.print(f"{record['stage']} {record['step']}/{record['of']}: {', '.join(parts)}", highlight=False)
+
+    started = time.monotonic()
+    try:
+        progress = run_distill(config, TOY_WEIGHTS, work, out_dir, on_log=show)
+    except ValueError as exc:
+        fail(UsageError(str(exc)))
+    wall_s = time.monotonic() - started
+    out.print(f"distilled in {sum(progress.seconds.values()) / 60:.1f} min of stage time ({wall_s / 60:.1f} min "
+              f"wall); saved to {out_dir}")
+    if not evaluate:
+        return
+    from engine.engine import Engine
+    from engine.toy.distill_card import write_card
+    from engine.toy.distill_report import evaluate as judge
+    from engine.toy.distill_report import with_folder
+    from engine.toy.world import COMBINATIONS
+    from jobs.quality.evaluate import round_trip
+    from jobs.quality.sample import sample_set
+
+    evaluation_started = time.monotonic()
+    settings = Settings.from_env()
+    engine = Engine(settings.engine_config(), with_folder(settings.registry(), out_dir))
+    cases = [(c.prompt, c.seed) for c in sample_set()]
+    long_cases = [(f"a {c} {s} moving {d} on a {b} background", LONG_SEEDS + i)
+                  for i, (c, s, d, b) in enumerate(COMBINATIONS[5 * i] for i in range(16))]
+    fps = engine.registry.get("toy-fast").defaults.fps
+    results = judge(engine, "toy-fast", cases[:16] if quick else cases, long_cases[:2] if quick else long_cases,
+                    lambda frames: round_trip(frames, fps))
+    write_card(out_dir / "README.md", config=config, progress=progress, results=results,
+               machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+                       f"{torch.__version__}, {torch.get_num_threads()} threads",
+               evaluation_s=time.monotonic() - evaluation_started, wall_s=wall_s)
+    out.print(f"model card: {out_dir / 'README.md'}; judged adherence {results.student} (teacher "
+              f"{results.teacher}); long-video windows {results.long}; gate "
+              f"{'passed' if results.gate.passed else 'failed: ' + '; '.join(results.gate.failures)}")
 
 
 @toy_app.command("sheet")

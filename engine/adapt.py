@@ -1,0 +1,67 @@
+"""What a registration changes on a loaded pipeline (engine.registration): LoRA adapters fused into the transformer,
+a sampler in place of the folder's scheduler, a light decoder in place of the VAE's; and the identity its quality
+gates are recorded under.
+
+Adapters are loaded and fused once, at load, with diffusers' own LoRA API (PEFT underneath): `load_lora_weights`
+per adapter, `set_adapters` with their scales, `fuse_lora`, `unload_lora_weights`. The transformer is then a plain
+transformer with changed weights, so a step costs what an unadapted step costs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from engine import light_decoder
+from engine.models import ModelInfo
+from engine.registration import SAMPLERS, Sampler
+from engine.text_cache import ALL_PARTS, model_identity
+
+
+def fuse_adapters(pipe, info: ModelInfo) -> None:
+    """Load every adapter of `info` into the pipeline, fuse them at their scales, and drop the LoRA layers."""
+    if not info.adapters:
+        return
+    names = [f"adapter{i}" for i in range(len(info.adapters))]
+    for name, adapter in zip(names, info.adapters):
+        pipe.load_lora_weights(str(adapter.path), adapter_name=name)
+    pipe.set_adapters(names, adapter_weights=[a.scale for a in info.adapters])
+    pipe.fuse_lora(adapter_names=names, lora_scale=1.0)
+    pipe.unload_lora_weights()
+
+
+def scheduler(sampler: Sampler, base_config):
+    """The diffusers scheduler a sampler names, built on the folder's scheduler config (its training timesteps)."""
+    import diffusers
+
+    class_name, shift_key, fixed = SAMPLERS[sampler.name]
+    extra = {} if sampler.shift_terminal is None else {"shift_terminal": sampler.shift_terminal}
+    return getattr(diffusers, class_name).from_config(base_config, **{shift_key: sampler.shift}, **fixed, **extra)
+
+
+def apply(pipe, info: ModelInfo, device: torch.device):
+    """Adapters and sampler applied to `pipe`; returns the light decoder (on `device`, fp32 like the VAE) or None."""
+    fuse_adapters(pipe, info)
+    if info.sampler is not None:
+        pipe.scheduler = scheduler(info.sampler, pipe.scheduler.config)
+    return None if info.decoder is None else light_decoder.load(info.decoder, device, torch.float32)
+
+
+def identity(info: ModelInfo, folder: Path) -> str:
+    """What a registration's quality gates are recorded under: the folder's identity (engine.text_cache, every part),
+    and, when it has them, its adapters (file names, sizes, mtimes and scales), sampler and decoder. A registration
+    without them has the folder's identity unchanged, so gates recorded before these fields existed still hold."""
+    base = model_identity(folder, ALL_PARTS)
+    if not info.adapters and info.sampler is None and info.decoder is None:
+        return base
+    digest = hashlib.sha256(base.encode())
+    for adapter in info.adapters:
+        stat = adapter.path.stat()
+        digest.update(f"adapter\0{adapter.path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\0{adapter.scale!r}\0".encode())
+    if info.sampler is not None:
+        digest.update(f"sampler\0{info.sampler.key()}\0".encode())
+    if info.decoder is not None:
+        digest.update(f"decoder\0{model_identity(info.decoder.parent, (info.decoder.name,))}\0".encode())
+    return digest.hexdigest()

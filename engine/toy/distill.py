@@ -1,0 +1,292 @@
+"""Distil the `toy` model into `toy-fast`: a few-step, guidance-free student (a LoRA on the toy transformer) and a
+light decoder, on a CPU, resumably.
+
+The method is piecewise trajectory distillation (PeRFlow's piecewise reflow, Yan et al. 2024, on the teacher's own
+ODE): the student's sampler visits sigmas s_0 = 1 > s_1 > ... > s_n = 0 (its scheduler's, at its steps) and takes one
+Euler step per window, x + (s_{k+1} - s_k) v. The teacher, at its defaults (guidance 2, 20 Euler steps split over
+the windows), integrates the ODE from the same noise and records its state at every s_k; the student learns, at
+timestep s_k and from the teacher's state there, the velocity that lands on the teacher's next state, with the prompt
+alone (one pass, no unconditional one). Windows and stages:
+
+1. teacher: free samples of every prompt, from seeds that are not the quality set's (jobs.quality uses 7000-7079;
+   these are drawn from [10^6, 2^31)), in shards of `shard` samples, each saved as it finishes.
+2. continuations: the teacher continuing a clean prefix as a long video's next chunk does (engine.denoise's clean
+   tie: the prefix held clean, timestep 0 on its tokens): the prefix is the last `prefix_latents` of a free teacher
+   sample of the same prompt, the rest from new noise.
+3. student: a LoRA (peft) on the teacher's transformer, trained on both kinds of trajectory; its prefix latents are
+   outside the loss. An exponential moving average of the LoRA weights is what is kept.
+4. decoder: the light decoder (engine.light_decoder) trained to return what the toy VAE's decoder returns, on the
+   teacher's final latents (what renders decode) and on 33-frame world clips (what a long video's stitch decodes).
+
+Every random draw comes from a generator seeded with (seed, stage, step or shard), so a killed run resumes and draws
+what an unbroken run would have. Stages 3 and 4 are in engine.toy.distill_train.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.toy.model import SCHEDULER_SHIFT
+from engine.toy.world import COMBINATIONS
+
+# In this order; "refine" last so that adding it left the decoder's random draws (seeded by stage index) as they were.
+STAGES = ("teacher", "continuations", "student", "decoder", "refine")
+# jobs.quality.SEED_BASE .. + SAMPLE_SIZE: never drawn here (that would be training on the quality set's noise).
+QUALITY_SEEDS = range(7000, 7080)
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    seed: int = 20261217
+    # The student's sampler (registered with toy-fast): diffusers' FlowMatchEulerDiscreteScheduler at `steps`.
+    steps: int = 4
+    shift: float = SCHEDULER_SHIFT
+    shift_terminal: float | None = 0.1
+    # The teacher at its registered defaults.
+    teacher_steps: int = 20
+    teacher_guidance: float = 2.0
+    samples: int = 800  # free teacher samples (10 per prompt)
+    continuations: int = 400
+    prefix_latents: int = 2  # the toy registration's chunk_overlap
+    shard: int = 160
+    generate_batch: int = 32
+    # Stage 3.
+    rank: int = 32
+    student_steps: int = 1000
+    student_batch: int = 32
+    student_lr: float = 1e-3
+    warmup: int = 50
+    ema: float = 0.995
+    # Stage 5, refine: from the student, this share of a batch started from the student's own state at its window
+    # (its earlier windows run without gradient from the teacher's noise) rather than the teacher's, the target still
+    # the teacher's next state; and the loss on where the step lands (the velocity's error times the window's length,
+    # normalised over the batch) rather than on the velocity, so each window weighs as much as it moves the sample
+    # and the long window where the shape is decided (0.64 -> 0.1) is not outweighed by the short early ones.
+    refine_steps: int = 300
+    refine_lr: float = 3e-4
+    rollout_fraction: float = 0.5
+    landing_loss: bool = True
+    # Stage 4.
+    decoder_channels: tuple[int, ...] = field(default=(32, 16, 8))
+    decoder_blocks: int = 1
+    decoder_steps: int = 800
+    decoder_batch: int = 8
+    decoder_lr: float = 3e-3
+    decoder_teacher_samples: int = 1600  # final teacher latents decoded by the VAE as targets
+    decoder_long_clips: int = 160  # 33-frame world clips
+    decoder_object_weight: float = 8.0
+    checkpoint_every: int = 100
+    log_every: int = 25
+
+
+@dataclass
+class Progress:
+    seconds: dict[str, float]
+    losses: dict[str, float]
+
+
+def student_sigmas(config: DistillConfig) -> torch.Tensor:
+    """The sigmas the student's sampler visits, with the final 0: what toy-fast's scheduler gives at its steps."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=config.shift, shift_terminal=config.shift_terminal)
+    scheduler.set_timesteps(config.steps)
+    return scheduler.sigmas.clone()
+
+
+def teacher_sigmas(config: DistillConfig, windows: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """The teacher's Euler sigmas: `teacher_steps` in all, spread over the student's windows in proportion to their
+    length in the teacher's unshifted time (where its own 20-step schedule is uniform); and the index of each window
+    boundary in them."""
+    shift = SCHEDULER_SHIFT
+    u = windows / (shift - (shift - 1) * windows)  # inverse of the shift
+    lengths = (u[:-1] - u[1:]).numpy()
+    counts = np.maximum(1, np.round(lengths / lengths.sum() * config.teacher_steps)).astype(int)
+    counts[np.argmax(counts)] += config.teacher_steps - counts.sum()
+    parts, bounds = [], [0]
+    for k, n in enumerate(counts):
+        parts.append(torch.linspace(float(u[k]), float(u[k + 1]), int(n) + 1)[:-1])
+        bounds.append(bounds[-1] + int(n))
+    fine = torch.cat(parts + [u[-1:]])
+    return shift * fine / (1 + (shift - 1) * fine), bounds
+
+
+def distill(config: DistillConfig, teacher_folder: Path, work: Path, out: Path,
+            on_log: Callable[[dict], None] | None = None) -> Progress:
+    """Run (or resume) every stage in `work`, then write the adapter and the light decoder to `out`."""
+    from diffusers import WanPipeline
+
+    from engine.toy.distill_train import export, train_decoder, train_refine, train_student
+
+    if config.continuations and config.samples < len(COMBINATIONS):
+        raise ValueError(f"samples must be at least {len(COMBINATIONS)} (one per prompt) for continuations to "
+                         f"find a prefix of their prompt, got {config.samples}")
+    work.mkdir(parents=True, exist_ok=True)
+    _check_config(config, work)
+    pipe = WanPipeline.from_pretrained(teacher_folder, use_safetensors=True)
+    pipe.set_progress_bar_config(disable=True)
+    logger = Logger(work / "distill-log.jsonl", on_log)
+    progress = Progress(seconds={}, losses={})
+    funcs = {"teacher": generate_free, "continuations": generate_continuations, "student": train_student,
+             "decoder": train_decoder, "refine": train_refine}
+    finished: dict[str, dict] = {}
+    for stage in STAGES:
+        done = work / f"{stage}.done.pt"
+        if done.is_file():
+            state = torch.load(done, weights_only=False)
+        else:
+            state = funcs[stage](pipe, config, work, logger, finished)
+            torch.save(state, work / f"{stage}.tmp")
+            (work / f"{stage}.tmp").replace(done)
+        finished[stage] = state
+        progress.seconds[stage] = state["seconds"]
+        progress.losses[stage] = state.get("loss", float("nan"))
+    export(pipe, config, finished, out)
+    return progress
+
+
+# ---- stages 1 and 2: the teacher's trajectories -------------------------------------------------------------------
+
+
+def generate_free(pipe, config: DistillConfig, work: Path, logger: "Logger", finished: dict) -> dict:
+    return _generate(pipe, config, work, logger, "teacher", config.samples, None)
+
+
+def generate_continuations(pipe, config: DistillConfig, work: Path, logger: "Logger", finished: dict) -> dict:
+    return _generate(pipe, config, work, logger, "continuations", config.continuations, finished["teacher"])
+
+
+def _generate(pipe, config: DistillConfig, work: Path, logger: "Logger", stage: str, count: int,
+              free: dict | None) -> dict:
+    """Teacher trajectories in shards (each saved when done, so a killed stage redoes one shard at most): the
+    states at the student's sigmas (n, windows + 1, C, L, h, w), the prompt index and the clean prefix length."""
+    from engine.toy.train_transformer import prompt_table
+
+    _, embeds, empty = prompt_table(pipe)
+    windows = student_sigmas(config)
+    fine, bounds = teacher_sigmas(config, windows)
+    shards = []
+    seconds = 0.0
+    for index, start in enumerate(range(0, count, config.shard)):
+        path = work / f"{stage}-{index:03d}.pt"
+        if not path.is_file():
+            started = time.monotonic()
+            n = min(config.shard, count - start)
+            rng = rng_for(config, stage, index)
+            prompts = _prompts(config, stage, start, n)
+            noise = torch.cat([torch.randn((1, *_latent_shape(pipe)), generator=torch.Generator().manual_seed(s))
+                               for s in _seeds(rng, n)])
+            prefix = None
+            if free is not None:  # the prefix: the end of a free sample of the same prompt
+                finals = free["states"][:, -1]
+                by_prompt = [torch.nonzero(free["prompts"] == p).flatten() for p in range(len(COMBINATIONS))]
+                picks = [int(by_prompt[p][rng.integers(len(by_prompt[p]))]) for p in prompts.tolist()]
+                prefix = finals[picks][:, :, -config.prefix_latents:]
+            states = []
+            for b in range(0, n, config.generate_batch):
+                states.append(teacher_trajectory(
+                    pipe.transformer, noise[b : b + config.generate_batch], embeds[prompts[b : b + config.generate_batch]],
+                    empty, config.teacher_guidance, fine, bounds,
+                    None if prefix is None else prefix[b : b + config.generate_batch]))
+            shard = {"states": torch.cat(states), "prompts": prompts,
+                     "prefix": torch.full((n,), 0 if prefix is None else config.prefix_latents),
+                     "seconds": time.monotonic() - started}
+            torch.save(shard, path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").replace(path)
+            logger.log(stage=stage, step=start + n, of=count, seconds=seconds + shard["seconds"])
+        shards.append(torch.load(path, weights_only=False))
+        seconds += shards[-1]["seconds"]
+    return {"states": torch.cat([s["states"] for s in shards]), "prompts": torch.cat([s["prompts"] for s in shards]),
+            "prefix": torch.cat([s["prefix"] for s in shards]), "sigmas": windows, "seconds": seconds}
+
+
+def _prompts(config: DistillConfig, stage: str, start: int, n: int) -> torch.Tensor:
+    """Prompt indices of samples start .. start + n - 1: every run of 80 holds each prompt once, in a seeded
+    shuffle, whatever the shard size."""
+    per = len(COMBINATIONS)
+    cycles = range(start // per, (start + n - 1) // per + 1)
+    order = np.concatenate([rng_for(config, stage, 10**6 + c).permutation(per) for c in cycles])
+    offset = start - cycles[0] * per
+    return torch.from_numpy(order[offset : offset + n])
+
+
+def _latent_shape(pipe) -> tuple[int, int, int, int]:
+    from engine.toy.model import FRAMES, HEIGHT, SPATIAL, TEMPORAL, WIDTH
+
+    return (pipe.transformer.config.in_channels, (FRAMES - 1) // TEMPORAL + 1, HEIGHT // SPATIAL, WIDTH // SPATIAL)
+
+
+def _seeds(rng: np.random.Generator, n: int) -> list[int]:
+    seeds = rng.integers(10**6, 2**31, n).tolist()
+    assert not set(seeds) & set(QUALITY_SEEDS)
+    return seeds
+
+
+@torch.no_grad()
+def teacher_trajectory(transformer, noise: torch.Tensor, text: torch.Tensor, empty: torch.Tensor, guidance: float,
+                       sigmas: torch.Tensor, bounds: list[int], prefix: torch.Tensor | None) -> torch.Tensor:
+    """engine.denoise's loop with guidance batched, on explicit sigmas: (B, len(bounds), C, L, h, w), the state at
+    each boundary. With `prefix` (B, C, p, h, w) the first p latents are held clean with timestep 0 on their tokens,
+    as engine.denoise's clean tie does."""
+    from engine.denoise import tied_tokens
+
+    x = noise.clone()
+    batch = len(x)
+    context = torch.cat([text, empty.expand(batch, -1, -1)])
+    clean = None
+    if prefix is not None:
+        p = prefix.shape[2]
+        clean = tied_tokens(torch.full((batch,), p), x, transformer.config.patch_size)
+    states = []
+    for i in range(len(sigmas)):
+        if prefix is not None:
+            x[:, :, :p] = prefix
+        if i in bounds:
+            states.append(x.clone())
+        if i == len(sigmas) - 1:
+            break
+        t = sigmas[i] * 1000
+        timestep = t.expand(batch) if clean is None else t.expand(clean.shape).masked_fill(clean, 0)
+        v_cond, v_uncond = transformer(torch.cat([x, x]), timestep.repeat(2, *([1] * (timestep.dim() - 1))), context,
+                                       return_dict=False)[0].chunk(2)
+        x = x + (sigmas[i + 1] - sigmas[i]) * (v_uncond + guidance * (v_cond - v_uncond))
+    return torch.stack(states, dim=1)
+
+
+# ---- plumbing -----------------------------------------------------------------------------------------------------
+
+
+def rng_for(config: DistillConfig, stage: str, step: int) -> np.random.Generator:
+    return np.random.default_rng([config.seed, STAGES.index(stage), step])
+
+
+def _check_config(config: DistillConfig, work: Path) -> None:
+    """A work folder belongs to one config: resuming with another would mix two runs."""
+    saved = work / "config.json"
+    wanted = json.loads(json.dumps(asdict(config)))
+    if saved.is_file():
+        found = json.loads(saved.read_text())
+        if found != wanted:
+            changed = sorted(k for k in wanted if found.get(k) != wanted[k])
+            raise ValueError(f"{work} holds a run with a different config ({', '.join(changed)} differ); "
+                             f"use another work folder or delete it")
+    else:
+        saved.write_text(json.dumps(wanted, indent=2) + "\n")
+
+
+class Logger:
+    def __init__(self, path: Path, on_log: Callable[[dict], None] | None):
+        self.path, self.on_log = path, on_log
+
+    def log(self, **record) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.on_log:
+            self.on_log(record)

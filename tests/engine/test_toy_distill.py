@@ -1,0 +1,140 @@
+"""`reelbatch toy distill`: a one-minute run through the CLI that writes a loadable few-step registration, records
+its gate and card, resumes where it was killed drawing what an unbroken run draws, and never draws the quality set's
+noise."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.models import TOY_FAST, TOY_WEIGHTS, load_registry
+from engine.toy.distill import DistillConfig, distill, student_sigmas, teacher_sigmas
+from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.cli.toy import QUICK_DISTILL
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def quick_distill(tmp_path_factory, model_cache):
+    """`reelbatch toy distill --quick` once for the module, through the CLI, evaluation included."""
+    root = tmp_path_factory.mktemp("quick-distill")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
+           "REELBATCH_CACHE_DIR": str(root / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "jobs", "toy", "distill", "--quick", "--out", str(root / "out"),
+                           "--work", str(root / "work")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root, proc.stdout
+
+
+def test_the_student_samples_at_toy_fasts_sigmas_and_the_teacher_stops_at_each():
+    # By hand: shift 3 of linspace(1000, 2.994, 4) / 1000 is 1, 0.8577, 0.6022, 0.0089; stretched so the last is
+    # 0.1 (1 - (1 - s) / 1.1012), then 0.
+    windows = student_sigmas(DistillConfig())
+    assert windows.tolist() == pytest.approx([1.0, 0.8708, 0.6387, 0.1, 0.0], abs=1e-4)
+    fine, bounds = teacher_sigmas(DistillConfig(), windows)
+    # 20 teacher steps spread over the windows by their length in unshifted time (0.31, 0.32, 0.34, 0.04).
+    assert bounds == [0, 6, 12, 19, 20] and len(fine) == 21
+    assert fine[bounds].tolist() == pytest.approx(windows.tolist(), abs=1e-6)
+    # And the engine's scheduler for toy-fast visits the same sigmas.
+    from engine.adapt import scheduler
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    engine_scheduler = scheduler(TOY_FAST.sampler, FlowMatchEulerDiscreteScheduler.load_config(TOY_WEIGHTS / "scheduler"))
+    engine_scheduler.set_timesteps(4)
+    assert torch.allclose(engine_scheduler.sigmas, windows)
+
+
+def test_a_quick_distill_writes_a_registration_that_loads_renders_and_passed_its_recorded_gate(quick_distill):
+    root, stdout = quick_distill
+    out = root / "out"
+    assert {p.name for p in out.iterdir()} == {"adapter.safetensors", "decoder", "README.md"}
+    adapter = load_file(out / "adapter.safetensors")
+    assert all(k.startswith("transformer.") and ".lora_" in k for k in adapter)
+    config = json.loads((out / "decoder" / "config.json").read_text())
+    assert (config["_class_name"], config["latent_channels"], config["spatial_factor"],
+            config["temporal_factor"]) == ("LightDecoder", 8, 4, 2)
+    card = (out / "README.md").read_text()
+    assert "# Model card: `toy-fast`" in card and "| stage | minutes | last loss |" in card
+    assert "Distilled gate" in card and "Long videos:" in card
+    # A minute of distilling keeps few prompts: its gate is recorded, and failed.
+    assert "gate failed" in stdout
+    gates = json.loads((root / "cache" / "quality-gates.json").read_text())
+    (gate,) = gates.values()
+    assert gate["setting"] == "distilled" and gate["teacher"] == "toy" and not gate["passed"] and gate["count"] == 16
+
+    models = root / "models.yaml"
+    models.write_text(f"mine-fast:\n  path: {TOY_WEIGHTS}\n  max_sequence_length: 64\n  temporal_factor: 2\n"
+                      f"  max_frames: 9\n  chunk_condition: clean\n  teacher: toy\n"
+                      f"  adapters: [{{path: {out / 'adapter.safetensors'}}}]\n  decoder: {out / 'decoder'}\n"
+                      "  sampler: {name: flow_euler, shift: 3.0, shift_terminal: 0.1}\n"
+                      "  defaults: {width: 32, height: 32, fps: 8, duration_s: 1, steps: 4, guidance: 1.0}\n")
+    engine = Engine(EngineConfig(cache_dir=root / "cache"), load_registry(models))
+    engine.gate_checked.add("mine-fast")  # its gate failed (a minute of training); the render is what is tested
+    calls = []
+    hook = engine.pipeline("mine-fast").transformer.register_forward_hook(lambda *a: calls.append(1))
+    (video,) = engine.render(RenderBatch(Shape("mine-fast", 32, 32, 9, 4, 1.0),
+                                         (RenderRequest(1, "a red circle moving left on a black background", None, 3),)))
+    hook.remove()
+    assert video.error is None and video.frames.shape == (9, 32, 32, 3)
+    assert len(calls) == 4, "4 steps, one pass each"
+
+
+def test_the_teacher_never_draws_the_quality_sets_noise_and_holds_continuations_clean(quick_distill):
+    root, _ = quick_distill
+    free = torch.load(root / "work" / "teacher.done.pt", weights_only=False)
+    continued = torch.load(root / "work" / "continuations.done.pt", weights_only=False)
+    assert free["states"].shape[:2] == (80, 5) and sorted(free["prompts"].tolist()) == list(range(80))
+    quality = torch.cat([torch.randn((1, 8, 5, 8, 8), generator=torch.Generator().manual_seed(7000 + i))
+                         for i in range(80)])
+    starts = torch.cat([free["states"][:, 0], continued["states"][:, 0]])
+    distance = (starts[:, None] - quality[None]).flatten(2).abs().amax(2)
+    assert distance.min() > 1.0, "no teacher sample starts from a quality-set seed's noise"
+    # A continuation's 2 prefix latents are a free sample's last 2, the same in every recorded state.
+    prefix = continued["states"][:, :, :, :2]
+    assert torch.equal(prefix, prefix[:, :1].expand_as(prefix)) and (continued["prefix"] == 2).all()
+    finals = free["states"][:, -1, :, -2:]
+    for i in range(len(prefix)):
+        match = (finals == prefix[i, 0]).flatten(1).all(1).nonzero().flatten().tolist()
+        assert match and all(free["prompts"][m] == continued["prompts"][i] for m in match)
+
+
+def test_a_killed_distill_resumes_to_the_same_adapter_and_decoder(quick_distill, tmp_path):
+    root, _ = quick_distill
+
+    class Killed(Exception):
+        pass
+
+    def kill(record):
+        if record["stage"] == "student" and record["step"] == 9:
+            raise Killed  # after the checkpoint at step 6: steps 7-9 are lost and redone
+
+    config = DistillConfig(**QUICK_DISTILL)
+    with pytest.raises(Killed):
+        distill(config, TOY_WEIGHTS, tmp_path / "work", tmp_path / "out", on_log=kill)
+    assert (tmp_path / "work" / "student.last.pt").is_file() and not (tmp_path / "out").exists()
+    distill(config, TOY_WEIGHTS, tmp_path / "work", tmp_path / "out")
+    for name in ("adapter.safetensors", "decoder/diffusion_pytorch_model.safetensors"):
+        resumed, unbroken = load_file(tmp_path / "out" / name), load_file(root / "out" / name)
+        assert resumed.keys() == unbroken.keys()
+        # The unbroken run is another process, whose float reductions may round differently (as toy train's test
+        # allows); a step lost or done twice moves weights by about the learning rate (1e-3).
+        for key in unbroken:
+            np.testing.assert_allclose(resumed[key], unbroken[key], rtol=0, atol=1e-5, err_msg=key)
+
+
+def test_a_work_folder_refuses_another_config(tmp_path):
+    (tmp_path / "work").mkdir()
+    saved = json.loads(json.dumps(DistillConfig(**QUICK_DISTILL).__dict__))
+    (tmp_path / "work" / "config.json").write_text(json.dumps({**saved, "student_steps": 13}))
+    with pytest.raises(ValueError, match="student_steps differ"):
+        distill(DistillConfig(**QUICK_DISTILL), TOY_WEIGHTS, tmp_path / "work", tmp_path / "out")
