@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from jobs.manifest.fields import (
     plan_frames,
     video_checks,
 )
+from jobs.manifest.limits import pick_deadline, pick_max_cost, split_sets
 from jobs.manifest.read import load_jsonl, read_text
 from jobs.manifest.specs import Report, RunSpec, VideoSpec
 from jobs.manifest.values import INVALID, MAX_VIDEOS, FieldError, Item, Map, Seq, shown
@@ -45,6 +47,7 @@ def load_manifest(
     priority: int | None = None,
     sets: Sequence[str] = (),
     allowed_outputs: Sequence[str] | None = None,
+    now: datetime | None = None,
 ) -> RunSpec:
     """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
 
@@ -52,7 +55,9 @@ def load_manifest(
     name (default: the file's stem), model, output and priority come from the keyword arguments. For YAML the
     keyword arguments, when given, override the file's values (the file's own value is then not checked), and each
     `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
-    from the video, else `defaults`, else the model's defaults. `allowed_outputs`: URI prefixes `output` must be under.
+    from the video, else `defaults`, else the model's defaults; a `sets` entry naming a run field of SET_RUN_FIELDS
+    (`max_cost_usd`, `deadline`) sets that run field instead. `allowed_outputs`: URI prefixes `output` must be under.
+    `now` (aware; default the clock): what a deadline must be after, and what a deadline duration counts from.
     """
     path = Path(path)
     report = Report(str(path))
@@ -75,7 +80,8 @@ def load_manifest(
         if top is None:
             report.raise_any()
         entries = _yaml_videos(top, report)
-    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets)
+    now = datetime.now(timezone.utc) if now is None else now.astimezone(timezone.utc)
+    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets, now)
     report.raise_any()
     return spec
 
@@ -83,7 +89,8 @@ def load_manifest(
 # --- Assembly: run fields, defaults, videos -----------------------------------------------------------------------
 
 
-def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets) -> RunSpec | None:
+def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets,
+              now) -> RunSpec | None:
     run_name = _pick(top, report, "name", name, check_name, required=True)
     model_name = _pick(top, report, "model", model, partial(check_model, names=registry.names()), default="tiny")
     out = _pick(top, report, "output", output, check_output, default=None)
@@ -94,6 +101,9 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
         except FieldError as exc:
             report(line, field, str(exc))
     prio = _pick(top, report, "priority", priority, check_priority, default=0)
+    run_sets, sets = split_sets(sets)
+    cap = pick_max_cost(top, report, run_sets)
+    deadline, deadline_form = pick_deadline(top, report, run_sets, now)
     for key, item in top.items.items():
         if key not in RUN_FIELDS:
             hint = " (video fields go in each video or under 'defaults')" if key in VIDEO_FIELDS else ""
@@ -111,7 +121,7 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
     if report.issues:
         return None
     return RunSpec(run_name, model_name, out, prio, str(path.absolute()), tuple(videos),
-                   _content_sha256(run_name, model_name, out, prio, videos))
+                   _content_sha256(run_name, model_name, out, prio, videos, cap, deadline_form), cap, deadline)
 
 
 def _pick(top: Map, report, key, override, check, *, required=False, default=None):
@@ -306,9 +316,14 @@ def _allowed_key(prefix: str) -> str:
         raise UsageError(f"allowed output prefix {prefix!r} {exc}") from None
 
 
-def _content_sha256(name, model, output, priority, videos) -> str:
-    # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run.
+def _content_sha256(name, model, output, priority, videos, max_cost_usd=None, deadline=None) -> str:
+    # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run. A cap and a
+    # deadline are in only when set, so the runs recorded before they existed keep their hashes.
     doc = {"name": name, "model": model, "output": output, "priority": priority,
            "videos": [{k: v for k, v in vars(video).items() if k != "line"} for video in videos]}
+    if max_cost_usd is not None:
+        doc["max_cost_usd"] = max_cost_usd
+    if deadline is not None:
+        doc["deadline"] = deadline
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

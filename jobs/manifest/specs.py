@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from engine.types import stable_seed
 from jobs.errors import UsageError
@@ -64,6 +65,9 @@ class RunSpec:
     source: str
     videos: tuple[VideoSpec, ...]
     content_sha256: str  # of everything above but `source` (and video lines): same content, same hash
+    max_cost_usd: float | None = None  # the run's cost cap (jobs.work.gate)
+    # UTC; a duration in the manifest (`PT10H`) is counted from when it was loaded. Its hash takes the form written.
+    deadline: datetime | None = None
 
 
 def derive_seed(run_name: str, video_id: str) -> int:
