@@ -70,6 +70,13 @@ class Run(Timestamps, Base):
     content_sha256: Mapped[str] = mapped_column(String(64), index=True)
     # Set by `reelbatch cancel`: running batches stop at their next step boundary.
     cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The run's cost cap (`max_cost_usd`), in micro-dollars like every amount; None: no cap. A worker does not start
+    # a batch that would take the run past it (jobs.work.gate); when it stops the run, `budget_reached_at` is set.
+    max_cost_micro_usd: Mapped[int | None] = mapped_column(BigInteger)
+    budget_reached_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # At its deadline, work not yet started is cancelled and `expired_at` set, once (jobs.db.limits.expire_due).
+    deadline: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     videos: Mapped[list[Video]] = relationship(back_populates="run", lazy="raise", order_by="Video.id")
 
@@ -95,6 +102,9 @@ class Video(Timestamps, Base):
     status: Mapped[Status] = mapped_column(StatusColumn, default=Status.PENDING, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # Why a cancelled video was cancelled by reelbatch itself (jobs.db.status.CancelReason: "budget", "deadline");
+    # None for one cancelled by `reelbatch cancel`.
+    cancel_reason: Mapped[str | None] = mapped_column(String(16))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     render_s: Mapped[float | None] = mapped_column(Float)  # the video's share of its batch's render
