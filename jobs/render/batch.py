@@ -31,10 +31,11 @@ from jobs.render.chunks import chunk_request, drop_checkpoints
 from jobs.render.finisher import BatchResult, Finisher, finish
 from jobs.render.keeper import LeaseKeeper, Stop
 from jobs.render.record import VideoOutput
-from jobs.render.store import store_all
+from jobs.render.store import results_if_done, store_all
 from jobs.settings import Settings
 from jobs.work import claims, leases, logs, prometheus
 from jobs.work.claims import Claim, ClaimedUnit, waiting_shapes
+from jobs.work.gate import Gate
 from storage.stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,11 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
     worker's clock of paid time (jobs.cost.meter); without one, charges carry no session.
     """
     meter = meter or Meter(settings.gpu_rate(), clock=time.perf_counter)
-    claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s)
+    gate = Gate(meter.rate, settings.storage_price(), settings.cache_dir)
+    claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s,
+                               gate=gate)
+    if gate.stopped:  # a run stopped at its budget may have nothing left running to write its result files
+        results_if_done(factory, set(gate.stopped))
     if claim is None:
         return BatchResult()
     prometheus.BATCH_SIZE.observe(len(claim.units))
@@ -99,6 +104,16 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         adopted, todo = _adopt_earlier_uploads(settings, factory, claim, meter)
         if not todo:
             return BatchResult(len(claim.units), adopted)
+        try:
+            # Loaded before the busy span: loading the model is the worker's idle time (jobs.cost.ledger), not the
+            # first batch's, so what a video is charged (and estimated from: jobs.cost.estimate) is its render.
+            engine.pipeline(claim.batch.shape.model)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot load fails its videos' attempt, as a render would
+            log.exception("loading %s failed", claim.batch.shape.model)
+            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted, meter)
+        # The batch's time limit is for its render: a first batch's import and load (48 s for tiny on a loaded
+        # 2-core machine, past the 60 s minimum with its render) no longer fails it.
+        keeper.deadline = time.monotonic() + limit
         try:
             with meter.busy(u.video_id for u in todo) as span:
                 batch = RenderBatch(claim.batch.shape, tuple(

@@ -107,7 +107,7 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
     if readied and on_ready is not None:
         on_ready(readied)
     if ok or failed:
-        _results_if_done(factory, {u.run_name for u in todo})
+        results_if_done(factory, {u.run_name for u in todo})
     return BatchResult(len(claim.units), ok + adopted, retried, failed)
 
 
@@ -159,7 +159,7 @@ def _store_video(factory: Factory, claim: Claim, unit: ClaimedUnit, video: Rende
                        seams, seams is not None and seams > seam_review)
 
 
-def _results_if_done(factory: Factory, runs: set[str]) -> None:
+def results_if_done(factory: Factory, runs: set[str]) -> None:
     """The run's results.jsonl and errors.jsonl, once its last video is done (best effort: `reelbatch report RUN
     --results` writes them again)."""
     for run in sorted(runs):

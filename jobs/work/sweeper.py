@@ -5,6 +5,8 @@ was used), so every worker process sweeps: it returns expired leases to pending 
 claimable, sends itself a ticket. Extra tickets are harmless (an empty claim is a no-op); at most one per idle worker
 per interval is sent, so the queue never floods. It is also the process's heartbeat for the cost ledger
 (jobs.cost.ledger): it records the worker session's up time, and closes the sessions of workers whose heartbeats stopped.
+And it keeps deadlines: a run whose deadline has come is expired (work not started is cancelled; its result files are
+written once nothing of it runs), and each unfinished run's projected finish goes to the deadline gauges.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from collections.abc import Callable
 
 from jobs.cost import ledger
 from jobs.cost.meter import Meter
+from jobs.db import limits
+from jobs.db.rows import utcnow
+from jobs.reports.results import write_if_done
 from jobs.settings import Settings
-from jobs.work import claims, leases, prometheus
+from jobs.work import claims, deadlines, leases, prometheus
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +35,7 @@ class Sweeper(threading.Thread):
         # Often enough that reaped work restarts within a fraction of a lease; rarely enough to cost nothing.
         self.interval = max(1.0, min(15.0, settings.lease_s / 4))
         self.stopped = threading.Event()
+        self.gauges = deadlines.Gauges(settings)
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -51,3 +57,13 @@ class Sweeper(threading.Thread):
             self.send_tickets(requeued)
         elif not self.busy.is_set() and claims.any_claimable(self.factory):
             self.send_tickets(1)
+        self.keep_deadlines()  # last: whatever it meets, leases were reaped and tickets sent
+
+    def keep_deadlines(self) -> None:
+        for run in limits.expire_due(self.factory, utcnow()):
+            log.warning("run %s reached its deadline: its videos not started are cancelled", run)
+            try:
+                write_if_done(self.factory, run)  # else the batch still running writes them when it is recorded
+            except Exception as exc:  # noqa: BLE001 - the videos are recorded; `report --results` writes them again
+                log.warning("could not write the result files of run %s: %s", run, exc)
+        self.gauges.publish(self.factory)

@@ -21,6 +21,8 @@ LIGHT = [
     ["cancel", "demo"],
     ["resume", "demo"],
     ["submit", "manifests/examples/demo.yaml"],
+    ["estimate", "manifests/examples/demo.yaml", "--gpus", "2"],
+    ["budget", "demo", "5"],
 ]
 
 PROBE = """
