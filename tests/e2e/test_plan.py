@@ -8,11 +8,12 @@ import re
 import pytest
 import yaml
 
-# Two shapes of the built-in tiny model, in the order the worker claims them: two batches of 4 (the default) each.
+# Two shapes of the built-in tiny model at 128x128, in the order the worker claims them: two batches of 4 (the
+# default) each.
 SHAPES = ({"steps": 4, "count": 8}, {"steps": 8, "count": 8})
 WORDS = "cup pen key fig box hat bell coin shoe lamp rose drum kite leaf nail ring sock vase star moon".split()
 # One OpenMP thread a worker: on a shared 2-core machine two threads spin-wait on each other whenever one is
-# descheduled, and a run's wall time (so its charges) swung 5-8x between runs (docs/PERFORMANCE.md, "Estimates").
+# descheduled; runs cost 5-8x what one-thread runs did, and varied more (docs/PERFORMANCE.md, "Estimates").
 ENV = {"OMP_NUM_THREADS": "1"}
 STABLE = 0.10
 
