@@ -9,6 +9,7 @@ import typer
 from jobs.cli.bench import bench
 from jobs.cli.db import db_app
 from jobs.cli.notifications import notifications_cmd
+from jobs.cli.plan import budget, estimate
 from jobs.cli.quality import quality
 from jobs.cli.reports import capacity, ledger_cmd, report
 from jobs.cli.runs import cancel, resume, status
@@ -24,12 +25,14 @@ app = typer.Typer(help="Batch-render text-to-video manifests to verified MP4s wi
 # In the order `--help` lists them: the life of a run, then operations, then measuring.
 app.command()(run)
 app.command()(submit)
+app.command()(estimate)
 app.command()(worker)
 app.command()(status)
 app.command()(report)
 app.command()(cancel)
 app.command()(resume)
 app.command("notifications")(notifications_cmd)
+app.command()(budget)
 app.command()(capacity)
 app.command("ledger")(ledger_cmd)
 app.add_typer(schedule_app, name="schedule")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -15,6 +16,7 @@ from rich.table import Table
 
 from jobs.bench.presets import CANDIDATES, PRESETS
 from jobs.cli.console import err, fail, out
+from jobs.cost import profiles
 from jobs.errors import ReelbatchError, UsageError
 from jobs.reports.summary import STAGES
 from jobs.settings import Settings
@@ -48,6 +50,9 @@ def bench(
     long: Annotated[bool, typer.Option(
         "--long", help="One prompt at 1x and 4x the preset's clip length as the window: chunked (time and peak "
                        "memory ratios, seam score) and full length.")] = False,
+    profile_as: Annotated[Optional[str], typer.Option(
+        "--profile-as", help="Record the side by side's profile for estimates under this registered model name "
+                             "(default: the preset's model), e.g. real weights of the preset's architecture.")] = None,
 ) -> None:
     """Render the same videos with the script a user would write from the diffusers docs and with reelbatch's
     worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
@@ -73,11 +78,30 @@ def bench(
         task = bar.add_task(f"bench {preset}: baseline, then reelbatch", total=total)
         from jobs.bench.compare import run_bench  # here, not at the top: torch only for the command that renders
 
-        result = run_bench(chosen, Settings.from_env(), videos=videos, on_video=lambda: bar.advance(task))
+        settings = Settings.from_env()
+        result = run_bench(chosen, settings, videos=videos, on_video=lambda: bar.advance(task))
+    profile = _record_profile(settings, chosen, result, profile_as or chosen.model)
     if json_:
-        out.print_json(json.dumps(result.to_dict()))
+        out.print_json(json.dumps({**result.to_dict(), "profile": dataclasses.asdict(profile)}))
     else:
         print_bench(result)
+
+
+def _record_profile(settings: Settings, preset, result: BenchResult, model: str) -> profiles.Profile:
+    """The worker path's seconds per video at the preset's shape, kept for `reelbatch estimate` (jobs.cost.profiles)."""
+    e = result.engine
+    profile = profiles.Profile(
+        model=model, width=preset.width, height=preset.height, frames=preset.frames, steps=preset.steps,
+        guidance=preset.guidance, seconds_per_video=e.wall_s / e.videos, videos=e.videos, batch=preset.batch,
+        device=result.device, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        source=f"reelbatch bench --preset {result.preset} ({e.videos} videos, {preset.steps} steps)")
+    try:
+        path = profiles.record(settings.cache_dir, profile)
+    except (OSError, ReelbatchError) as exc:
+        err.print(f"could not record the profile of {model}: {exc}", markup=False, highlight=False)
+    else:
+        err.print(f"recorded the profile of {model} for estimates in {path}", markup=False, highlight=False)
+    return profile
 
 
 def _bench_long(preset, json_: bool) -> None:

@@ -1,4 +1,5 @@
-"""`reelbatch status`, `cancel` and `resume`: what runs there are, and stopping or restarting one."""
+"""`reelbatch status`, `cancel` and `resume`: what runs there are (with their deadlines and cost caps), and stopping or
+restarting one."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
+from sqlalchemy import select
 
 from jobs.cli.console import fail, out
-from jobs.db import queries
+from jobs.db import limits, queries
 from jobs.db.connect import session_factory
+from jobs.db.rows import Run, as_utc, utcnow
 from jobs.errors import ReelbatchError
 from jobs.notify.finished import run_finished
 from jobs.settings import Settings
+from jobs.work.deadlines import project
 
 RunArg = Annotated[str, typer.Argument(help="Run name or id.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
@@ -49,20 +53,78 @@ def resume(run: RunArg) -> None:
 
 def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (default: all runs).")] = None,
            json_: JsonOpt = False) -> None:
-    """Runs and their video counts by status."""
+    """Runs and their video counts by status; for a run with a deadline or a cost cap, its projected finish against
+    its deadline (flagged when at risk) and what it has been charged against its cap."""
     try:
-        rows = queries.run_counts(session_factory(Settings.from_env().database_url), run)
+        settings = Settings.from_env()
+        factory = session_factory(settings.database_url)
+        rows = queries.run_counts(factory, run)
+        plans = _plans(factory, settings, [r.run_id for r in rows])
     except ReelbatchError as exc:
         fail(exc)
     if json_:
         out.print_json(json.dumps({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
-             "total": r.total, "counts": r.counts} for r in rows]}))
+             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows]}))
         return
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
                   box=None, pad_edge=False)
+    deadlines = any(p["deadline"] for p in plans.values())
+    budgets = any(p["max_cost_usd"] is not None for p in plans.values())
+    if deadlines:
+        table.add_column("finish")
+        table.add_column("deadline")
+    if budgets:
+        table.add_column("budget")
     for r in rows:
+        p = plans[r.run_id]
+        extra = [_finish_text(p), _deadline_text(p)] if deadlines else []
+        if budgets:
+            extra.append(_budget_text(p))
         table.add_row(str(r.run_id), r.name, r.model, str(r.total), *(str(r.counts[k]) for k in
-                      ("pending", "running", "succeeded", "failed", "cancelled")))
+                      ("pending", "running", "succeeded", "failed", "cancelled")), *extra)
     out.print(table)
+
+
+def _plans(factory, settings: Settings, run_ids: list[int]) -> dict[int, dict]:
+    """Each run's deadline, projected finish (runs with work left: jobs.work.deadlines) and cost cap."""
+    now = utcnow()
+    with factory() as s:
+        runs = list(s.scalars(select(Run).where(Run.id.in_(run_ids))))
+        charged = {r.id: limits.charged_micro_usd(s, r.id) for r in runs if r.max_cost_micro_usd is not None}
+    found = project(factory, settings, now, runs)
+    out = {}
+    for r in runs:
+        p = found.get(r.id)
+        out[r.id] = {
+            "deadline": as_utc(r.deadline).isoformat() if r.deadline else None,
+            "expired": r.expired_at is not None,
+            "projected_finish": p.finishes_at.isoformat() if p and p.finishes_at else None,
+            "slack_s": p.slack_s if p else None, "at_risk": p.at_risk if p else None,
+            "max_cost_usd": r.max_cost_micro_usd / 1e6 if r.max_cost_micro_usd is not None else None,
+            "charged_usd": charged[r.id] / 1e6 if r.id in charged else None,
+            "budget_reached": r.budget_reached_at is not None,
+        }
+    return out
+
+
+def _clock(iso: str | None) -> str:
+    return "" if iso is None else iso[:19].replace("T", " ") + "Z"
+
+
+def _finish_text(p: dict) -> str:
+    return _clock(p["projected_finish"])
+
+
+def _deadline_text(p: dict) -> str:
+    if not p["deadline"]:
+        return ""
+    flag = "expired" if p["expired"] else {True: "AT RISK", False: "on time", None: ""}[p["at_risk"]]
+    return f"{_clock(p['deadline'])} {flag}".strip()
+
+
+def _budget_text(p: dict) -> str:
+    if p["max_cost_usd"] is None:
+        return ""
+    return f"${p['charged_usd']:.4f} of ${p['max_cost_usd']:g}" + (" reached" if p["budget_reached"] else "")

@@ -37,15 +37,20 @@ class StoragePrice:
     egress_gb_usd: float
     source: str
 
-    def records(self, video_id: int, size: int) -> list[CostRecord]:
+    def micro_usd(self, size: float) -> tuple[int, int]:
+        """Keeping `size` bytes, and serving them once (0 when egress is not charged), in micro-dollars."""
         gb = size / 1e9
+        return round(gb * self.gb_month_usd * self.months * 1e6), round(gb * self.egress_gb_usd * 1e6)
+
+    def records(self, video_id: int, size: int) -> list[CostRecord]:
+        storage, egress = self.micro_usd(size)
         out = [CostRecord(video_id=video_id, kind="storage", seconds=0.0, rate_usd_per_hour=0.0,
                           rate_source=f"${self.gb_month_usd:g}/GB-month x {self.months:g} months ({self.source})",
-                          amount_micro_usd=round(gb * self.gb_month_usd * self.months * 1e6))]
+                          amount_micro_usd=storage)]
         if self.egress_gb_usd > 0:
             out.append(CostRecord(video_id=video_id, kind="egress", seconds=0.0, rate_usd_per_hour=0.0,
                                   rate_source=f"${self.egress_gb_usd:g}/GB served once ({self.source})",
-                                  amount_micro_usd=round(gb * self.egress_gb_usd * 1e6)))
+                                  amount_micro_usd=egress))
         return out
 
 

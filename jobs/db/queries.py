@@ -12,24 +12,33 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
-from jobs.db.rows import CostRecord, Run, Video, WorkUnit, utcnow
+from jobs.db.rows import CostRecord, Run, Video, WorkUnit, as_utc, utcnow
 from jobs.db.status import Status, move
-from jobs.errors import RunNameTaken, RunNotFound
+from jobs.errors import RunNameTaken, RunNotFound, UsageError
 from jobs.manifest import RunSpec, derive_seed
 
 Factory = sessionmaker[Session]
 
 # Waiting work gains one priority level every AGING_S seconds, so no run is starved by newer high-priority work.
 AGING_S = 600
+# A run with a deadline queues as if it had been submitted this long before its deadline (when that is earlier than
+# its submission): runs without one count as due this long after they were submitted. 12 hours covers a night's
+# window (a manifest submitted at 22:00 for 08:00), so overnight runs of one priority go earliest deadline first.
+DEADLINE_LEAD_S = 12 * 3600
 
 
-def unit_rank(priority: int, submitted: datetime) -> int:
+def unit_rank(priority: int, submitted: datetime, deadline: datetime | None = None) -> int:
     """Claim order, highest first: a unit of priority p submitted at t ranks p x AGING_S - t.
 
     A priority-9 unit submitted now outranks a priority-0 unit only while that one is less than 9 x 600 s = 90
-    minutes old; among equal priorities the oldest goes first.
+    minutes old; among equal priorities the oldest goes first. With a deadline d, t is min(t, d - DEADLINE_LEAD_S):
+    within a priority, earlier deadlines go first (one column, so the claim index still serves the order). The credit
+    counts like waiting time, so a run due soon also passes higher priorities, a level per AGING_S of credit.
     """
-    return priority * AGING_S - int(submitted.timestamp())
+    queued = submitted.timestamp()
+    if deadline is not None:
+        queued = min(queued, deadline.timestamp() - DEADLINE_LEAD_S)
+    return priority * AGING_S - int(queued)
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,8 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
         now = utcnow()
         run = Run(name=name, model=spec.model, output=output, priority=spec.priority, source=spec.source,
                   content_sha256=content, notify_url=spec.notify, codec=spec.encoding.codec, crf=spec.encoding.crf,
-                  preset=spec.encoding.preset)
+                  preset=spec.encoding.preset, deadline=spec.deadline,
+                  max_cost_micro_usd=None if spec.max_cost_usd is None else round(spec.max_cost_usd * 1e6))
         s.add(run)
         s.flush()
         videos = [Video(run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
@@ -74,7 +84,7 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
                   for v in spec.videos]
         s.add_all(videos)
         s.flush()  # one round of inserts for the ids the units point at
-        rank = unit_rank(spec.priority, now)
+        rank = unit_rank(spec.priority, now, spec.deadline)
         # A long video's chunks are units of the window's shape, so they batch with short videos of that shape;
         # only chunk 0 is ready, each later one when the one before it has finished.
         s.add_all(WorkUnit(video_id=video.id, chunk=k, frames=v.window, ready=k == 0, priority=spec.priority,
@@ -198,18 +208,27 @@ def resume_run(factory: Factory, run: str) -> tuple[str, int]:
     """Put a run's failed and cancelled videos back to pending, with fresh attempts. Idempotent.
 
     Returns the run name and how many videos were resumed (the caller sends that many tickets). A resume that puts
-    videos back starts the run's next round, so its next finish is notified again (jobs.notify).
+    videos back starts the run's next round, so its next finish is notified again (jobs.notify). A run past its
+    deadline is refused: its videos would be cancelled again at once.
     """
     with factory.begin() as s:
         row = s.get(Run, _run_id(s, run))
-        row.cancelled_at = None
+        if row.deadline is not None and as_utc(row.deadline) <= utcnow():
+            raise UsageError(f"run {row.name} passed its deadline ({as_utc(row.deadline):%Y-%m-%dT%H:%M:%SZ}): "
+                             "nothing of it starts any more; submit its videos again as a new run (--new-run)")
+        row.cancelled_at = row.budget_reached_at = None
         units = list(s.scalars(select(WorkUnit).join(Video).where(
             Video.run_id == row.id, WorkUnit.status.in_([Status.FAILED, Status.CANCELLED])).with_for_update()))
-        for unit in units:
-            video = s.get(Video, unit.video_id)
-            move(unit, video, Status.PENDING)
-            unit.attempts = video.attempts = 0
-            unit.not_before, unit.solo, video.finished_at = None, False, None
+        requeue(s, units)
         if units:
             row.round += 1
         return row.name, len(units)
+
+
+def requeue(s: Session, units: list[WorkUnit]) -> None:
+    """Failed or cancelled units (and their videos) back to pending, with fresh attempts and no cancel reason."""
+    for unit in units:
+        video = s.get(Video, unit.video_id)
+        move(unit, video, Status.PENDING)
+        unit.attempts = video.attempts = 0
+        unit.not_before, unit.solo, video.finished_at, video.cancel_reason = None, False, None, None

@@ -78,6 +78,13 @@ class Run(Timestamps, Base):
     # so a run that finishes again is heard of again.
     notify_url: Mapped[str | None] = mapped_column(Text)
     round: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The run's cost cap (`max_cost_usd`), in micro-dollars like every amount; None: no cap. A worker does not start
+    # a batch that would take the run past it (jobs.work.gate); when it stops the run, `budget_reached_at` is set.
+    max_cost_micro_usd: Mapped[int | None] = mapped_column(BigInteger)
+    budget_reached_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # At its deadline, work not yet started is cancelled and `expired_at` set, once (jobs.db.limits.expire_due).
+    deadline: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     videos: Mapped[list[Video]] = relationship(back_populates="run", lazy="raise", order_by="Video.id")
 
@@ -103,6 +110,9 @@ class Video(Timestamps, Base):
     status: Mapped[Status] = mapped_column(StatusColumn, default=Status.PENDING, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # Why a cancelled video was cancelled by reelbatch itself (jobs.db.status.CancelReason: "budget", "deadline");
+    # None for one cancelled by `reelbatch cancel`.
+    cancel_reason: Mapped[str | None] = mapped_column(String(16))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     render_s: Mapped[float | None] = mapped_column(Float)  # the video's share of its batch's render

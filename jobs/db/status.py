@@ -18,6 +18,14 @@ class Status(str, enum.Enum):
         return self in TERMINAL
 
 
+class CancelReason(str, enum.Enum):
+    """Why reelbatch itself cancelled a video (stored in `videos.cancel_reason`; a user's `cancel` leaves it empty).
+    It is the video's error code in errors.jsonl."""
+
+    BUDGET = "budget"  # starting it would have taken its run past `max_cost_usd`
+    DEADLINE = "deadline"  # not started before its run's deadline
+
+
 TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
 
 # Legal moves. A succeeded video never changes again; failed and cancelled ones may be resumed (back to pending).

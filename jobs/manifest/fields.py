@@ -11,6 +11,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from urllib.parse import unquote
 
 from engine.models import MAX_CHUNKS, ModelInfo
@@ -27,10 +28,16 @@ MAX_FPS = 60
 MAX_STEPS = 200
 MAX_GUIDANCE = 30.0
 MAX_PRIORITY = 9
+MAX_COST_USD = 100_000.0  # a run's cost cap; past this a typo (an extra zero or three) is likelier than a plan
+MAX_DEADLINE_AHEAD = timedelta(days=366)
 RESOLUTION_PRESETS = {"480p": (832, 480), "720p": (1280, 720)}
 
 VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "duration_s", "fps", "steps", "guidance")
-RUN_FIELDS = ("name", "model", "output", "priority", "notify", "codec", "crf", "preset", "defaults", "videos")
+RUN_FIELDS = ("name", "model", "output", "priority", "notify", "codec", "crf", "preset", "max_cost_usd",
+              "deadline", "defaults", "videos")
+# Run fields that `--set FIELD=VALUE` may give as well (every other `--set` is a video default): a JSONL manifest has
+# no run fields of its own.
+SET_RUN_FIELDS = ("max_cost_usd", "deadline")
 
 # --- Scalars --------------------------------------------------------------------------------------------------------
 
@@ -114,6 +121,41 @@ def check_guidance(value: object, text: str | None) -> float:
 
 def check_priority(value: object, text: str | None) -> int:
     return _integer(value, text, 0, MAX_PRIORITY)
+
+
+def check_max_cost(value: object, text: str | None) -> float:
+    """A run's cost cap in US dollars (jobs.work.gate): more than 0."""
+    return _number(value, text, 0.0, MAX_COST_USD, lo_open=True)
+
+
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?")
+
+
+def check_deadline(value: object, text: str | None) -> datetime | timedelta:
+    """An ISO 8601 date-time with its time zone (`2026-12-02T08:00:00Z`), returned in UTC; or an ISO 8601 duration
+    after submission (`PT10H`, `P1DT2H`), for a manifest submitted on a schedule. Whether a date-time is still ahead
+    is checked where the manifest is loaded (jobs.manifest.load), which knows the time."""
+    raw = value.text if isinstance(value, Date) else value
+    if not isinstance(raw, str):
+        raise FieldError(f"must be an ISO 8601 date-time in UTC such as 2026-12-02T08:00:00Z, or a duration after "
+                         f"submission such as PT10H; {got(value, text)}")
+    raw = raw.strip()
+    duration = _DURATION.fullmatch(raw)
+    if duration and raw not in ("P", "PT") and not raw.endswith("T"):
+        days, hours, minutes, seconds = (int(part or 0) for part in duration.groups())
+        span = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        if not timedelta(0) < span <= MAX_DEADLINE_AHEAD:
+            raise FieldError(f"must be a duration of more than 0 and at most {MAX_DEADLINE_AHEAD.days} days, "
+                             f"got {shown(raw)}")
+        return span
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise FieldError(f"must be an ISO 8601 date-time in UTC such as 2026-12-02T08:00:00Z, or a duration after "
+                         f"submission such as PT10H; got {shown(raw)}") from None
+    if moment.tzinfo is None:
+        raise FieldError(f"needs a time of day and its time zone: add Z for UTC (such as 2026-12-02T08:00:00Z), got {shown(raw)}")
+    return moment.astimezone(timezone.utc)
 
 
 # --- Names ----------------------------------------------------------------------------------------------------------

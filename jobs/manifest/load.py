@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from jobs.manifest.fields import (
     plan_frames,
     video_checks,
 )
+from jobs.manifest.limits import pick_deadline, pick_max_cost, split_sets
 from jobs.manifest.read import load_jsonl, read_text
 from jobs.manifest.specs import Report, RunSpec, VideoSpec
 from jobs.manifest.values import INVALID, MAX_VIDEOS, FieldError, Item, Map, Seq, shown
@@ -52,6 +54,7 @@ def load_manifest(
     sets: Sequence[str] = (),
     allowed_outputs: Sequence[str] | None = None,
     allowed_webhooks: Sequence[str] | None = None,
+    now: datetime | None = None,
 ) -> RunSpec:
     """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
 
@@ -60,8 +63,10 @@ def load_manifest(
     arguments. For YAML the
     keyword arguments, when given, override the file's values (the file's own value is then not checked), and each
     `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
-    from the video, else `defaults`, else the model's defaults. `allowed_outputs`: URI prefixes `output` must be under;
-    `allowed_webhooks`: URL prefixes `notify` must be under (none: `notify` is refused).
+    from the video, else `defaults`, else the model's defaults; a `sets` entry naming a run field of SET_RUN_FIELDS
+    (`max_cost_usd`, `deadline`) sets that run field instead. `allowed_outputs`: URI prefixes `output` must be under;
+    `allowed_webhooks`: URL prefixes `notify` must be under (none: `notify` is refused). `now` (aware; default the
+    clock): what a deadline must be after, and what a deadline duration counts from.
     """
     path = Path(path)
     report = Report(str(path))
@@ -85,7 +90,9 @@ def load_manifest(
             report.raise_any()
         entries = _yaml_videos(top, report)
     hooks = tuple(allowed_webhooks) if allowed_webhooks else None
-    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, notify, hooks, sets)
+    now = datetime.now(timezone.utc) if now is None else now.astimezone(timezone.utc)
+    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, notify, hooks, sets,
+                     now)
     report.raise_any()
     return spec
 
@@ -93,8 +100,8 @@ def load_manifest(
 # --- Assembly: run fields, defaults, videos -----------------------------------------------------------------------
 
 
-def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, notify, hooks,
-              sets) -> RunSpec | None:
+def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, notify, hooks, sets,
+              now) -> RunSpec | None:
     run_name = _pick(top, report, "name", name, check_name, required=True)
     model_name = _pick(top, report, "model", model, partial(check_model, names=registry.names()), default="tiny")
     out = _pick(top, report, "output", output, check_output, default=None)
@@ -109,6 +116,9 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
     codec = _pick(top, report, "codec", None, check_codec, default=DEFAULT.codec)
     crf = _pick(top, report, "crf", None, check_crf, default=DEFAULT.crf)
     preset = _pick(top, report, "preset", None, check_preset, default=DEFAULT.preset)
+    run_sets, sets = split_sets(sets)
+    cap = pick_max_cost(top, report, run_sets)
+    deadline, deadline_form = pick_deadline(top, report, run_sets, now)
     for key, item in top.items.items():
         if key not in RUN_FIELDS:
             hint = " (video fields go in each video or under 'defaults')" if key in VIDEO_FIELDS else ""
@@ -130,7 +140,8 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
         return None
     encoding = Encoding(codec, crf, preset)
     return RunSpec(run_name, model_name, out, prio, str(path.absolute()), tuple(videos),
-                   _content_sha256(run_name, model_name, out, prio, videos, hook, encoding), hook, encoding)
+                   _content_sha256(run_name, model_name, out, prio, videos, hook, encoding, cap, deadline_form), hook,
+                   encoding, cap, deadline)
 
 
 def _pick(top: Map, report, key, override, check, *, required=False, default=None):
@@ -325,14 +336,19 @@ def _allowed_key(prefix: str) -> str:
         raise UsageError(f"allowed output prefix {prefix!r} {exc}") from None
 
 
-def _content_sha256(name, model, output, priority, videos, notify, encoding) -> str:
+def _content_sha256(name, model, output, priority, videos, notify, encoding, max_cost_usd, deadline) -> str:
     # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run.
     doc = {"name": name, "model": model, "output": output, "priority": priority,
            "videos": [{k: v for k, v in vars(video).items() if k != "line"} for video in videos]}
-    # Only when set, so a manifest that names neither keeps the hash (and so the run) it had before they existed.
+    # Only when set, so a manifest that names none of these keeps the hash (and so the run) it had before they
+    # existed.
     if notify is not None:
         doc["notify"] = notify
     if encoding != DEFAULT:
         doc["encoding"] = vars(encoding)
+    if max_cost_usd is not None:
+        doc["max_cost_usd"] = max_cost_usd
+    if deadline is not None:
+        doc["deadline"] = deadline
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from engine.types import stable_seed
 from jobs.errors import UsageError
@@ -67,6 +68,9 @@ class RunSpec:
     content_sha256: str  # of everything but `source` (and video lines): same content, same hash
     notify: str | None = None  # a webhook URL under REELBATCH_ALLOWED_WEBHOOKS, POSTed to when the run finishes
     encoding: Encoding = DEFAULT  # codec, crf and preset of every video of the run
+    max_cost_usd: float | None = None  # the run's cost cap (jobs.work.gate)
+    # UTC; a duration in the manifest (`PT10H`) is counted from when it was loaded. Its hash takes the form written.
+    deadline: datetime | None = None
 
 
 def derive_seed(run_name: str, video_id: str) -> int:

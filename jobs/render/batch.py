@@ -36,6 +36,7 @@ from jobs.render.store import store_all
 from jobs.settings import Settings
 from jobs.work import claims, leases, logs, prometheus
 from jobs.work.claims import Claim, ClaimedUnit, waiting_shapes, worker_id
+from jobs.work.gate import Gate
 from storage.stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,11 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
     meter = meter or Meter(settings.gpu_rate(), clock=time.perf_counter)
     if stopping is not None and not stopping.taking_work():
         return BatchResult()
-    claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s)
+    gate = Gate(meter.rate, settings.storage_price(), settings.cache_dir)
+    claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s,
+                               gate=gate)
+    if gate.stopped:  # a run stopped at its budget may have nothing left running to notice that it finished
+        _notice_finished(settings, factory, set(gate.stopped))
     if claim is None:
         return BatchResult()
     prometheus.BATCH_SIZE.observe(len(claim.units))
@@ -91,7 +96,7 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
         log.info("claimed %d (%s)", len(claim.units), claim.batch.shape.key())
         result = _render_claim(settings, engine, factory, claim, finisher, on_ready, meter, stopping)
         if not result.pending:  # all recorded here (a finisher's batch notices when it has stored)
-            _notice_finished(settings, factory, claim)
+            _notice_finished(settings, factory, {u.run_name for u in claim.units})
         return result
 
 
@@ -105,6 +110,16 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         if not todo:
             return BatchResult(len(claim.units), adopted)
         progress = keeper.rendering(len(todo))
+        try:
+            # Loaded before the busy span: loading the model is the worker's idle time (jobs.cost.ledger), not the
+            # first batch's, so what a video is charged (and estimated from: jobs.cost.estimate) is its render.
+            engine.pipeline(claim.batch.shape.model)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot load fails its videos' attempt, as a render would
+            log.exception("loading %s failed", claim.batch.shape.model)
+            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted, meter)
+        # The batch's time limit is for its render: a first batch's import and load (48 s for tiny on a loaded
+        # 2-core machine, past the 60 s minimum with its render) no longer fails it.
+        keeper.deadline = time.monotonic() + limit
         try:
             with meter.busy(u.video_id for u in todo) as span:
                 batch = RenderBatch(claim.batch.shape, tuple(
@@ -142,14 +157,14 @@ def _store_timed(store: Callable[[], BatchResult], stopping: Stopping, progress:
 
 def _then_notice(settings: Settings, factory: Factory, claim: Claim, store: Callable[[], BatchResult]) -> BatchResult:
     result = store()
-    _notice_finished(settings, factory, claim)
+    _notice_finished(settings, factory, {u.run_name for u in claim.units})
     return result
 
 
-def _notice_finished(settings: Settings, factory: Factory, claim: Claim) -> None:
-    """The claim's runs that this batch finished: their result files and webhooks (jobs.notify.finished)."""
+def _notice_finished(settings: Settings, factory: Factory, runs: set[str]) -> None:
+    """The runs this batch (or a budget) finished: their result files and webhooks (jobs.notify.finished)."""
     try:
-        run_finished(settings, factory, {u.run_name for u in claim.units})
+        run_finished(settings, factory, runs)
     except Exception as exc:  # noqa: BLE001 - the videos are recorded; a sweeper's catch-up opens what is missed
         log.warning("noticing finished runs failed: %s", exc)
 

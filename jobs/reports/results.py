@@ -2,8 +2,8 @@
 
 - `{output}{run}/results.jsonl`: one line per video: id, status, uri, poster_uri, sha256, frames, fps, duration_s,
   seed, cost and timings;
-- `{output}{run}/errors.jsonl`: one line per failed or cancelled video: id, error code (the failure's class) and
-  message.
+- `{output}{run}/errors.jsonl`: one line per failed or cancelled video: id, error code (the failure's class; for a
+  cancelled video "cancelled", or "budget" or "deadline" when its run's cap or deadline cancelled it) and message.
 
 The worker that records a run's last video writes them; `reelbatch report RUN --results` writes them again (after a
 resume, say). Both files are replaced whole, atomically.
@@ -35,7 +35,8 @@ def result_files(run: Run, videos: list[tuple[Video, int]]) -> tuple[bytes, byte
                         "finished_at": v.finished_at.isoformat() if v.finished_at else None},
         })
         if status in (Status.FAILED, Status.CANCELLED):
-            code = "cancelled" if status is Status.CANCELLED else failure_reason(v.last_error)
+            # A video reelbatch cancelled itself names why (budget, deadline); one a user cancelled, "cancelled".
+            code = (v.cancel_reason or "cancelled") if status is Status.CANCELLED else failure_reason(v.last_error)
             errors.append({"id": v.key, "code": code, "message": v.last_error or status.value})
     return _jsonl(results), _jsonl(errors)
 

@@ -83,13 +83,29 @@ def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None =
             "attempts": v.attempts, "error": v.last_error,
             "render_s": v.render_s, "encode_s": v.encode_s, "upload_s": v.upload_s,
             "chunks": v.chunks, "seam_score": v.seam_score, "needs_review": v.needs_review,
-            "cost_usd": micro / 1e6,
+            "cancel_reason": v.cancel_reason, "cost_usd": micro / 1e6,
         })
     extra = summary(run, videos, price, ledger)
     return {
         "run_id": run.id, "name": run.name, "model": run.model, "output": run.output, "priority": run.priority,
         "encoding": {"codec": run.codec, "crf": run.crf, "preset": run.preset}, "notify": run.notify_url,
         "source": run.source, "created_at": run.created_at.isoformat(), "counts": counts,
-        "cost": extra.pop("cost"), **extra,
+        "cost": extra.pop("cost"), **extra, **limits(run, videos),
         "videos": rows,
     }
+
+
+def limits(run: Run, videos: list[tuple[Video, int]]) -> dict:
+    """The run's cost cap and deadline, and what they did: when the cap stopped it, when it expired, and how many
+    videos each cancelled."""
+    reasons = [v.cancel_reason for v, _ in videos if Status(v.status) is Status.CANCELLED and v.cancel_reason]
+    return {
+        "max_cost_usd": run.max_cost_micro_usd / 1e6 if run.max_cost_micro_usd is not None else None,
+        "budget_reached_at": _iso(run.budget_reached_at),
+        "deadline": _iso(run.deadline), "expired": run.expired_at is not None, "expired_at": _iso(run.expired_at),
+        "cancelled_by_reason": {reason: reasons.count(reason) for reason in sorted(set(reasons))},
+    }
+
+
+def _iso(moment) -> str | None:
+    return as_utc(moment).isoformat() if moment else None

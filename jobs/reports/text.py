@@ -41,7 +41,22 @@ def print_report(console: Console, data: dict) -> None:
     stages = data["stages_s"]
     if any(stages.values()):
         console.print("stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()), highlight=False)
+    print_limits(console, data)
     m = data["gross_margin"]
     if m:
         console.print(f"gross margin {m['gross_margin']:.1%} at ${m['price_per_video_second_usd']:g} per "
                       f"video-second ({m['source']})", highlight=False)
+
+
+def print_limits(console: Console, data: dict) -> None:
+    """What the run's cost cap and deadline did."""
+    cancelled = data["cancelled_by_reason"]
+    if data["max_cost_usd"] is not None:
+        reached = (f"; reached at {data['budget_reached_at']}: {cancelled.get('budget', 0)} videos not started "
+                   "(cancelled, reason budget)" if data["budget_reached_at"] else "")
+        console.print(f"max_cost_usd ${data['max_cost_usd']:g}: charged ${data['cost']['total_usd']:.6f}{reached}",
+                      highlight=False)
+    if data["deadline"]:
+        expired = (f": EXPIRED at {data['expired_at']}; {cancelled.get('deadline', 0)} videos not started before it "
+                   "(cancelled, reason deadline)" if data["expired"] else "")
+        console.print(f"deadline {data['deadline']}{expired}", highlight=False)

@@ -18,6 +18,7 @@ from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.db.queries import Factory, claimable_units, waiting_units
 from jobs.db.rows import Run, Video, WorkUnit, utcnow
 from jobs.db.status import Status, move
+from jobs.work.gate import Gate
 from storage.codecs import DEFAULT, Encoding
 
 
@@ -62,28 +63,38 @@ class Claim:
     units: tuple[ClaimedUnit, ...]
 
 
-def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float) -> Claim | None:
+# A claim whose best units belong to runs the gate holds looks again past them, this many times at most.
+GATE_PASSES = 8
+
+
+def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float,
+                gate: Gate | None = None) -> Claim | None:
     """Atomically take up to `max_batch` claimable units of one shape: the shape of the best claimable unit.
 
     A unit marked solo (its batch failed before) is claimed alone. On PostgreSQL both selects use FOR UPDATE SKIP
     LOCKED, so concurrent workers take disjoint units without waiting; on SQLite the transaction is BEGIN IMMEDIATE
-    (jobs.db.connect).
+    (jobs.db.connect). With a `gate` (jobs.work.gate), the batch holds only what its runs' deadlines and cost caps
+    let start; the runs it holds back are passed over for the next best units.
     """
     now = utcnow()
     claimable = claimable_units(now)
     order = (WorkUnit.rank.desc(), WorkUnit.id)
     with factory.begin() as s:
-        first = s.scalar(select(WorkUnit).where(*claimable).order_by(*order).limit(1)
-                         .with_for_update(skip_locked=True))
-        if first is None:
+        held: set[int] = set()
+        for _ in range(GATE_PASSES):
+            found = _select_batch(s, claimable, order, held, max_batch)
+            if found is None:
+                return None
+            units, videos, runs = found
+            if gate is None:
+                break
+            verdict = gate.admit(s, units, videos, runs, now)
+            held |= verdict.held
+            units = verdict.keep
+            if units:
+                break
+        else:
             return None
-        units = [first]
-        if not first.solo and max_batch > 1:
-            units += s.scalars(select(WorkUnit).where(*claimable, WorkUnit.shape_key == first.shape_key,
-                                                      WorkUnit.solo.is_(False), WorkUnit.id != first.id)
-                               .order_by(*order).limit(max_batch - 1).with_for_update(skip_locked=True))
-        videos = {v.id: v for v in s.scalars(select(Video).where(Video.id.in_([u.video_id for u in units])))}
-        runs = {r.id: r for r in s.scalars(select(Run).where(Run.id.in_({v.run_id for v in videos.values()})))}
         claimed = []
         for unit in units:
             video = videos[unit.video_id]
@@ -105,6 +116,25 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float)
                               Encoding(r.codec, r.crf, r.preset))
                   for u, v, r in claimed),
         )
+
+
+def _select_batch(s, claimable: tuple, order: tuple, held: set[int], max_batch: int):
+    """The best claimable unit (not of a `held` run) and up to `max_batch` - 1 more of its shape, locked; with their
+    videos and runs. None when nothing is claimable."""
+    where = claimable
+    if held:  # only when some run is held back, so the usual claim stays one indexed scan
+        where = (*claimable, WorkUnit.video_id.not_in(select(Video.id).where(Video.run_id.in_(held))))
+    first = s.scalar(select(WorkUnit).where(*where).order_by(*order).limit(1).with_for_update(skip_locked=True))
+    if first is None:
+        return None
+    units = [first]
+    if not first.solo and max_batch > 1:
+        units += s.scalars(select(WorkUnit).where(*where, WorkUnit.shape_key == first.shape_key,
+                                                  WorkUnit.solo.is_(False), WorkUnit.id != first.id)
+                           .order_by(*order).limit(max_batch - 1).with_for_update(skip_locked=True))
+    videos = {v.id: v for v in s.scalars(select(Video).where(Video.id.in_([u.video_id for u in units])))}
+    runs = {r.id: r for r in s.scalars(select(Run).where(Run.id.in_({v.run_id for v in videos.values()})))}
+    return units, videos, runs
 
 
 def claimable_count(factory: Factory) -> int:

@@ -7,7 +7,12 @@ serves on PORT. Scrape every port of every worker; sum across them in queries.
 - reelbatch_stage_seconds{stage}: per-video seconds of text, denoise, decode, encode and upload (histogram);
 - reelbatch_batch_size: videos per claimed batch (histogram);
 - reelbatch_gpu_seconds_total: seconds charged to videos (render share plus encode and upload; retries included);
-- reelbatch_queue_depth: units claimable now, as this process's sweeper last saw (gauge).
+- reelbatch_queue_depth: units claimable now, as this process's sweeper last saw (gauge);
+- reelbatch_deadline_slack_seconds{run}: for each unfinished run with a deadline, its deadline minus its projected
+  finish (jobs.cost.projection; negative: late), as this process's sweeper last saw (gauge; every worker reports
+  the same figure: take the max or any, not the sum);
+- reelbatch_deadline_at_risk{run}: 1 when that run is projected to miss its deadline (or no worker is alive to
+  render it), else 0 (gauge).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ STAGE_SECONDS = Histogram("reelbatch_stage_seconds", "Per-video seconds by stage
 BATCH_SIZE = Histogram("reelbatch_batch_size", "Videos per claimed batch", buckets=(1, 2, 4, 8, 16, 32, 64))
 GPU_SECONDS = Counter("reelbatch_gpu_seconds", "Seconds charged to videos")
 QUEUE_DEPTH = Gauge("reelbatch_queue_depth", "Claimable work units, as last seen by this process's sweeper")
+DEADLINE_SLACK = Gauge("reelbatch_deadline_slack_seconds", "A run's deadline minus its projected finish", ["run"])
+DEADLINE_AT_RISK = Gauge("reelbatch_deadline_at_risk", "1 if a run is projected to miss its deadline", ["run"])
 
 _served: int | None = None
 

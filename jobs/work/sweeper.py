@@ -8,6 +8,8 @@ per interval is sent, so the queue never floods. It is also the process's heartb
 (jobs.cost.ledger): it records the worker session's up time, and closes the sessions of workers whose heartbeats stopped.
 Webhooks: it opens the notifications of finished runs nobody noticed, then retries the deliveries that are due; any
 worker's sweeper may send any run's, one at a time (jobs.notify.outbox leases them).
+And it keeps deadlines: a run whose deadline has come is expired (work not started is cancelled; its result files and
+webhook follow once nothing of it runs), and each unfinished run's projected finish goes to the deadline gauges.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from collections.abc import Callable
 
 from jobs.cost import ledger
 from jobs.cost.meter import Meter
+from jobs.db import limits
+from jobs.db.rows import utcnow
 from jobs.notify import finished, send
 from jobs.settings import Settings
-from jobs.work import claims, leases, prometheus
+from jobs.work import claims, deadlines, leases, prometheus
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,7 @@ class Sweeper(threading.Thread):
         # Often enough that reaped work restarts within a fraction of a lease; rarely enough to cost nothing.
         self.interval = max(1.0, min(15.0, settings.lease_s / 4))
         self.stopped = threading.Event()
+        self.gauges = deadlines.Gauges(settings)
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -55,5 +60,14 @@ class Sweeper(threading.Thread):
             self.send_tickets(requeued)
         elif not self.busy.is_set() and claims.any_claimable(self.factory):
             self.send_tickets(1)
+        self.keep_deadlines()  # whatever it meets, leases were reaped and tickets sent
         finished.catch_up(self.settings, self.factory)
         send.deliver_due(self.settings, self.factory)
+
+    def keep_deadlines(self) -> None:
+        expired = limits.expire_due(self.factory, utcnow())
+        for run in expired:
+            log.warning("run %s reached its deadline: its videos not started are cancelled", run)
+        # Result files and webhook now if nothing of the run still runs; else the batch still running notices it.
+        finished.run_finished(self.settings, self.factory, expired)
+        self.gauges.publish(self.factory)

@@ -42,6 +42,20 @@ def test_bench_small_runs_both_sides_and_reports_every_field(tmp_path, model_cac
     assert {"denoise_gflop", "peak_gflops", "denoise_floor_s", "denoise_mfu", "baseline_denoise_mfu"} <= set(r)
     assert e["config"]["overlap"] is True and e["config"]["max_batch"] == PRESETS["small"].batch
     assert not list(tmp_path.iterdir()), "the bench leaves nothing behind in the working folder"
+    # It recorded the worker path's seconds per video as the toy model's profile, which estimates then stand on.
+    p = r["profile"]
+    assert (p["model"], p["width"], p["frames"], p["steps"], p["videos"]) == ("toy", 32, 9, 20, 4)
+    assert p["seconds_per_video"] == e["wall_s"] / 4
+    assert json.loads((model_cache / "profiles.json").read_text())["toy"] == p
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("name: m\nmodel: toy\ndefaults: {steps: 40}\nvideos:\n  - {id: a, prompt: p}\n")
+    proc = subprocess.run([sys.executable, "-m", "jobs", "estimate", str(manifest), "--gpus", "1", "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (shape,) = json.loads(proc.stdout)["shapes"]
+    assert shape["basis"]["kind"] == "profile" and shape["basis"]["work_ratio"] == 2.0, "40 steps against 20"
+    assert shape["gpu_seconds"] == pytest.approx(2 * p["seconds_per_video"])
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.yaml"], "the estimate wrote nothing"
 
 
 def test_denoise_flops_match_a_hand_count_of_the_blocks(model_cache):

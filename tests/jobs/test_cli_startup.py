@@ -22,6 +22,8 @@ LIGHT = [
     ["notifications", "demo"],
     ["resume", "demo"],
     ["submit", "manifests/examples/demo.yaml"],
+    ["estimate", "manifests/examples/demo.yaml", "--gpus", "2"],
+    ["budget", "demo", "5"],
 ]
 
 PROBE = """

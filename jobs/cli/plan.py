@@ -1,0 +1,147 @@
+"""`reelbatch estimate` and `reelbatch budget`: what a manifest will cost and when it will be done, before submitting
+it; and a run's cost cap changed while it runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+from sqlalchemy.engine import make_url
+
+from jobs.cli.console import err, fail, out
+from jobs.cli.submit import JsonOpt, ManifestArg, ModelOpt, NameOpt, OutputOpt, SetOpt
+from jobs.cost import profiles
+from jobs.cost.estimate import Estimator
+from jobs.cost.forecast import estimate as forecast
+from jobs.cost.projection import alive_workers, queued
+from jobs.db import limits
+from jobs.db.connect import session_factory
+from jobs.db.rows import utcnow
+from jobs.errors import ReelbatchError, UsageError
+from jobs.manifest import load_manifest
+from jobs.manifest.fields import check_max_cost
+from jobs.manifest.values import FieldError
+from jobs.manifest.yaml_read import yaml_scalar
+from jobs.settings import Settings
+from jobs.work.deadlines import LOST_AFTER_LEASES
+
+GpusOpt = Annotated[Optional[int], typer.Option(
+    "--gpus", min=1, max=100000, help="GPUs to finish on (default: the workers alive now).")]
+
+
+def estimate(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, output: OutputOpt = None,
+             set_: SetOpt = None, gpus: GpusOpt = None, json_: JsonOpt = False) -> None:
+    """Check a manifest as `submit` does and write nothing: its videos, GPU seconds, cost (GPU, storage, egress) and
+    time to finish on N GPUs, per shape and in total, each shape with the basis of its numbers."""
+    try:
+        settings = Settings.from_env()
+        with err.status(f"validating {manifest}"):
+            spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
+                                 sets=set_ or (), allowed_outputs=settings.allowed_outputs)
+        bench = profiles.load(settings.cache_dir)
+        now = utcnow()
+        factory = _ledger(settings.database_url)
+        kwargs = dict(rate=settings.gpu_rate(), storage=settings.storage_price(), now=now)
+        if factory is None:
+            data = forecast(spec, Estimator(None, bench), workers=gpus or 0,
+                            workers_source="--gpus" if gpus else "no database yet, so no worker", queue=[], **kwargs)
+        else:
+            with factory() as s:
+                alive = alive_workers(s, now, LOST_AFTER_LEASES * settings.lease_s)
+                data = forecast(spec, Estimator(s, bench), workers=gpus or alive,
+                                workers_source="--gpus" if gpus else "workers alive now", queue=queued(s), **kwargs)
+    except ReelbatchError as exc:
+        fail(exc)
+    if json_:
+        out.print_json(json.dumps(data))
+    else:
+        print_estimate(data)
+
+
+def _ledger(url: str):
+    """The database's sessions; None when it is the embedded SQLite file and that does not exist yet (an estimate
+    writes nothing, not even an empty database)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).exists():
+        return None
+    return session_factory(url)
+
+
+def _money(usd: float | None) -> str:
+    return "unknown" if usd is None else f"${usd:.6f}"
+
+
+def print_estimate(d: dict) -> None:
+    total = (f"{d['gpu_seconds']:.1f} GPU-s, {_money(d['cost_usd'])} (GPU {_money(d['cost']['gpu_usd'])}, storage "
+             f"{_money(d['cost']['storage_usd'])}, egress {_money(d['cost']['egress_usd'])})"
+             if d["cost_usd"] is not None else
+             f"cost unknown: {d['unknown_videos']} videos have no basis (known part: {d['known']['videos']} videos, "
+             f"{d['known']['gpu_seconds']:.1f} GPU-s, ${d['known']['cost_usd']:.6f})")
+    out.print(f"estimate of [bold]{d['name']}[/] ({d['model']}): {d['videos']} videos, {total}", highlight=False)
+    if d["finish_s"] is not None:
+        out.print(f"done in about {_duration(d['finish_s'])} on {d['gpus']} GPU(s) ({d['gpus_source']}; each busy "
+                  f"{d['utilisation']:.0%} of the time; {d['queue_ahead_s']:.1f} GPU-s queued ahead"
+                  + (f", and {d['queue_ahead_unknown_units']} units of unknown cost" if d["queue_ahead_unknown_units"]
+                     else "") + f"): by {d['finishes_at']}", highlight=False)
+    elif not d["gpus"]:
+        out.print("time to finish: no worker is alive; pass --gpus N", highlight=False)
+    if d["deadline"]:
+        verdict = {True: "met", False: "AT RISK: it would finish after it", None: "not known"}[d["meets_deadline"]]
+        out.print(f"deadline {d['deadline']}: {verdict}", highlight=False)
+    if d["max_cost_usd"] is not None:
+        verdict = {True: "within it", False: "OVER it: the run would stop there", None: "not known"}[d["within_budget"]]
+        out.print(f"max_cost_usd ${d['max_cost_usd']:g}: {verdict}", highlight=False)
+    table = Table("shape", "videos", "basis", "GPU-s/video", "GPU-s", "cost $", box=None, pad_edge=False)
+    for sh in d["shapes"]:
+        b = sh["basis"]
+        basis = {"measured": lambda: f"measured ({b['videos']} videos, {b['runs']} runs)",
+                 "fit": lambda: f"fit ({b['shapes']} shapes, {b['videos']} videos)",
+                 "profile": lambda: f"bench profile ({b['profile']['device']}, x{b['work_ratio']:.3g} work)",
+                 "unknown": lambda: "unknown"}[b["kind"]]()
+        chunks = f" {sh['chunks']} chunks" if sh["chunks"] > 1 else ""
+        per = b["gpu_seconds_per_video"]
+        table.add_row(f"{sh['width']}x{sh['height']} {sh['frames']}f@{sh['fps']} {sh['steps']} steps g{sh['guidance']:g}"
+                      f"{chunks}", str(sh["videos"]), basis, "" if per is None else f"{per:.2f}",
+                      "" if sh["gpu_seconds"] is None else f"{sh['gpu_seconds']:.1f}",
+                      "" if sh["cost_usd"] is None else f"{sh['cost_usd']:.6f}")
+    out.print(table)
+    if d["storage_unknown_videos"]:
+        out.print(f"storage and egress unknown for {d['storage_unknown_videos']} videos (nothing of their shape "
+                  "stored yet): not in the cost", highlight=False)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else (f"{minutes}m {secs:02d}s" if minutes else f"{secs}s")
+
+
+def budget(run: Annotated[str, typer.Argument(help="Run name or id.")],
+           usd: Annotated[str, typer.Argument(help="The run's new max_cost_usd, or `none` for no cap.")]) -> None:
+    """Set a run's cost cap (max_cost_usd). Its videos the old cap cancelled go back in the queue; nothing stored
+    changes."""
+    try:
+        settings = Settings.from_env()
+        cap = None if usd.strip().lower() == "none" else _usd(usd)
+        change = limits.set_budget(session_factory(settings.database_url), run, cap)
+        if change.requeued:
+            from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
+            from jobs.work.tickets import send_tickets
+
+            send_tickets(create_app(settings), change.requeued)
+    except ReelbatchError as exc:
+        fail(exc)
+    cap_text = "no cap" if cap is None else f"max_cost_usd ${cap:g}"
+    back = f"; {change.requeued} videos cancelled for the budget are back in the queue" if change.requeued else ""
+    out.print(f"run {change.name}: {cap_text} (charged ${change.charged_usd:.6f} so far){back}", highlight=False)
+
+
+def _usd(raw: str) -> float:
+    try:
+        value, text = yaml_scalar(raw)
+        return check_max_cost(value, text)
+    except FieldError as exc:
+        raise UsageError(f"USD: {exc}") from None
