@@ -46,8 +46,9 @@ def test_the_student_samples_at_toy_fasts_sigmas_and_the_teacher_stops_at_each()
     assert bounds == [0, 6, 12, 19, 20] and len(fine) == 21
     assert fine[bounds].tolist() == pytest.approx(windows.tolist(), abs=1e-6)
     # And the engine's scheduler for toy-fast visits the same sigmas.
-    from engine.adapt import scheduler
     from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from engine.adapt import scheduler
 
     engine_scheduler = scheduler(TOY_FAST.sampler, FlowMatchEulerDiscreteScheduler.load_config(TOY_WEIGHTS / "scheduler"))
     engine_scheduler.set_timesteps(4)
