@@ -186,10 +186,12 @@ def check_exactly_once(farm: Farm) -> dict:
     versions, markers = farm.versions()
     assert not markers, f"objects were deleted: {markers}"
     # The run's result files (results.jsonl, errors.jsonl) are replaced whole by whoever finishes the run: only the
-    # videos are checked for versions here.
-    keys = sorted(v["Key"] for v in versions if v["Key"].endswith(".mp4"))
-    assert keys == sorted(f"renders/{RUN}/{v['id']}.mp4" for v in videos), f"one version per video expected: {keys}"
-    assert {v["Key"] for v in versions} - set(keys) <= {f"renders/{RUN}/results.jsonl", f"renders/{RUN}/errors.jsonl"}
+    # videos and their posters (stored after the video, jobs.render.store) are checked for versions here.
+    for suffix in (".mp4", ".jpg"):
+        keys = sorted(v["Key"] for v in versions if v["Key"].endswith(suffix))
+        assert keys == sorted(f"renders/{RUN}/{v['id']}{suffix}" for v in videos), f"one version each expected: {keys}"
+    assert {v["Key"] for v in versions if not v["Key"].endswith((".mp4", ".jpg"))} <= {
+        f"renders/{RUN}/results.jsonl", f"renders/{RUN}/errors.jsonl"}
     for v in videos:
         assert v["uri"] == f"s3://{farm.bucket}/renders/{RUN}/{v['id']}.mp4"
         body = farm.s3.get_object(Bucket=farm.bucket, Key=f"renders/{RUN}/{v['id']}.mp4")["Body"].read()

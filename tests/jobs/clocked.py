@@ -16,6 +16,7 @@ from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.manifest import RunSpec, load_manifest
+from jobs.render import store as store_module
 from jobs.render.batch import render_next_batch
 from jobs.render.finisher import BatchResult
 from jobs.settings import Settings
@@ -68,6 +69,17 @@ class World:
         return batches
 
 
+def clock_the_encoder(monkeypatch, clock: Clock, seconds: float = ENCODE_S) -> None:
+    """Every MP4 encode of the render path takes `seconds` on `clock` (and really encodes)."""
+    real_encode = store_module.encode_mp4
+
+    def encode(frames, fps, **options):
+        clock.advance(seconds)
+        return real_encode(frames, fps, **options)
+
+    monkeypatch.setattr(store_module, "encode_mp4", encode)
+
+
 def videos(prefix: str, count: int, **fields: object) -> list[dict]:
     return [{"id": f"{prefix}{i}", "prompt": f"{prefix} video {i}", "seed": 100 + i, **fields} for i in range(count)]
 
@@ -88,15 +100,7 @@ def make_world(tmp_path: Path, db_url: str, model_cache: Path, registry, monkeyp
         return rendered
 
     monkeypatch.setattr(engine, "render", render)
-    import jobs.render.store as store_module
-
-    real_encode = store_module.encode_mp4
-
-    def encode(frames, fps):
-        clock.advance(ENCODE_S)
-        return real_encode(frames, fps)
-
-    monkeypatch.setattr(store_module, "encode_mp4", encode)
+    clock_the_encoder(monkeypatch, clock)
     meter = Meter(RATE, factory, "test-worker", clock=clock)
     meter.open()
     return World(config, factory, engine, clock, meter, tmp_path, registry)

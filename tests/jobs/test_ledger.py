@@ -13,7 +13,6 @@ from sqlalchemy import select
 from engine.engine import Engine
 from jobs.cost import ledger
 from jobs.cost.meter import Meter
-from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkerSession, WorkUnit, utcnow
@@ -23,20 +22,9 @@ from jobs.render.stopping import Stopping
 from jobs.reports.summary import report_dict
 from jobs.settings import Settings
 from storage.stores import StoreUnavailable
+from tests.jobs.clocked import RATE, Clock, clock_the_encoder
 
-RATE = Rate(3.6, "test rate: $3.60/h, so one second is 1000 micro-dollars")
 RENDER_S, ENCODE_S = 60.0, 5.0
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture
@@ -56,15 +44,7 @@ def world(tmp_path, db_url, model_cache, registry, monkeypatch):
         return rendered
 
     monkeypatch.setattr(engine, "render", render)
-    import jobs.render.store as store_module
-
-    real_encode = store_module.encode_mp4
-
-    def encode(frames, fps, **options):
-        clock.advance(ENCODE_S)
-        return real_encode(frames, fps, **options)
-
-    monkeypatch.setattr(store_module, "encode_mp4", encode)
+    clock_the_encoder(monkeypatch, clock, ENCODE_S)
 
     def submit(name: str, videos: int, steps: int = 1):
         manifest = tmp_path / f"{name}.yaml"
