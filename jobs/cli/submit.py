@@ -25,7 +25,7 @@ from jobs.errors import ReelbatchError, UsageError
 from jobs.manifest import load_manifest
 from jobs.reports.summary import report_dict
 from jobs.reports.text import print_report
-from jobs.settings import Settings, absolute_output
+from jobs.settings import Settings
 
 ManifestArg = Annotated[Path, typer.Argument(help="A manifest file: .yaml/.yml (a run) or .jsonl (one video a line).")]
 NameOpt = Annotated[Optional[str], typer.Option("--name", help="Run name (JSONL: default the file's stem).")]
@@ -79,7 +79,8 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_r
             check_gate: bool = False) -> queries.Submitted:
     with err.status(f"validating {manifest}"):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                             sets=sets or (), allowed_outputs=settings.allowed_outputs)
+                             sets=sets or (), allowed_outputs=settings.allowed_outputs,
+                             default_output=settings.output)
     if check_gate and settings.engine_config().lossy():
         _check_gate(settings, spec.model)
     factory = session_factory(settings.database_url)
@@ -87,8 +88,7 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_r
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not large) as bar:
         task = bar.add_task(f"recording {spec.name}", total=len(spec.videos))
-        submitted = queries.submit_run(factory, spec, output=absolute_output(spec.output or settings.output),
-                                       new_run=new_run)
+        submitted = queries.submit_run(factory, spec, output=spec.output, new_run=new_run)
         bar.update(task, completed=len(spec.videos))
         if submitted.pending_units:
             from jobs.work.app import create_app  # here, not at the top: Celery is only for commands that queue
