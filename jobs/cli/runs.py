@@ -57,6 +57,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
                   box=None, pad_edge=False)
+    table.columns[1].overflow = table.columns[2].overflow = "fold"  # a name is shown whole, never cut short
     for r in rows:
         table.add_row(str(r.run_id), r.name, r.model, str(r.total), *(str(r.counts[k]) for k in
                       ("pending", "running", "succeeded", "failed", "cancelled")))

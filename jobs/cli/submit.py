@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from jobs.cli.console import err, fail, out
+from jobs.cli.console import err, fail, literal, out, progress_text, visible
 from jobs.cost import ledger
 from jobs.db import queries
 from jobs.db.connect import session_factory
@@ -77,7 +77,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
 
 def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_run,
             check_gate: bool = False) -> queries.Submitted:
-    with err.status(f"validating {manifest}"):
+    with err.status(literal(f"validating {manifest}")):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
                              sets=sets or (), allowed_outputs=settings.allowed_outputs,
                              default_output=settings.output)
@@ -85,16 +85,17 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_r
         _check_gate(settings, spec.model)
     factory = session_factory(settings.database_url)
     large = len(spec.videos) >= PROGRESS_FROM_VIDEOS
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not large) as bar:
-        task = bar.add_task(f"recording {spec.name}", total=len(spec.videos))
+        task = bar.add_task(visible(f"recording {spec.name}"), total=len(spec.videos))
         submitted = queries.submit_run(factory, spec, output=spec.output, new_run=new_run)
         bar.update(task, completed=len(spec.videos))
         if submitted.pending_units:
             from jobs.work.app import create_app  # here, not at the top: Celery is only for commands that queue
             from jobs.work.tickets import MAX_TICKETS, send_tickets
 
-            tickets = bar.add_task(f"queueing {submitted.name}", total=min(submitted.pending_units, MAX_TICKETS))
+            tickets = bar.add_task(visible(f"queueing {submitted.name}"),
+                                   total=min(submitted.pending_units, MAX_TICKETS))
             send_tickets(create_app(settings), submitted.pending_units, on_sent=lambda: bar.advance(tickets))
     return submitted
 
@@ -115,10 +116,10 @@ def _render_with_embedded_worker(factory, submitted: queries.Submitted) -> None:
     log = tempfile.NamedTemporaryFile(prefix="reelbatch-worker-", suffix=".log", delete=False)
     cmd = [sys.executable, "-m", "jobs", "worker", "--concurrency", "1", "--pool", "solo"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         with Progress(*columns, console=err, transient=False) as bar:
-            task = bar.add_task(f"rendering {submitted.name}", total=submitted.videos)
+            task = bar.add_task(visible(f"rendering {submitted.name}"), total=submitted.videos)
             while True:
                 (counts,) = queries.run_counts(factory, str(submitted.run_id))
                 finished = sum(n for k, n in counts.counts.items() if Status(k).terminal)
