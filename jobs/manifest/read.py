@@ -99,10 +99,12 @@ def _raw_controls(raw: str, line: int, report) -> Map | None:
         return None
     if not isinstance(value, Map):
         return None
-    found = [key for key, item in value.items.items() if isinstance(item.value, str) and _JSON_RAW.search(item.value)]
-    for key in found:
+    raw_chars = set(_JSON_RAW.findall(raw))  # as written in the line, not escaped as \u001b
+    found = [(key, ch) for key, item in value.items.items() if isinstance(item.value, str)
+             for ch in [next((c for c in item.value if c in raw_chars), None)] if ch is not None]
+    for key, ch in found:
         text = value.items[key].value
-        report(line, key, raw_control_message(text, _JSON_RAW.search(text).group()))
+        report(line, key, raw_control_message(text, ch))
         value.items[key] = Item(INVALID, line, text)
     return value if found else None
 
