@@ -30,7 +30,6 @@ from storage.base import (
     quoted,
     sha256_hex,
     utf8_len,
-    worst,
 )
 
 # boto3 1.36 started sending CRC checksums on every request and validating them on every response by default;
@@ -53,7 +52,8 @@ MAX_KEY_BYTES = 1024
 def too_long(prefix: str, key: str) -> TooLong | None:
     """How `key` under `prefix` (the store's, ending in '/' or empty) overflows an S3 key, or None."""
     full = prefix + check_key(key)
-    return worst([TooLong(f"key {quoted(full)}", utf8_len(full), MAX_KEY_BYTES)])
+    size = utf8_len(full)
+    return TooLong(f"key {quoted(full)}", size, MAX_KEY_BYTES) if size > MAX_KEY_BYTES else None
 
 
 def client(endpoint_url: str | None = None):
