@@ -5,18 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from engine import adapt, denoise, gates
-from engine.config import EngineConfig
-from engine.fast_ops import use_fast_vae_norm
 from engine.chunks import chunk_seed
+from engine.config import EngineConfig
 from engine.errors import ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
+from engine.fast_ops import use_fast_vae_norm
 from engine.models import ModelInfo, Registry
 from engine.stitch import seam_score, stitch
 from engine.text_cache import TextEmbeddingCache, model_identity

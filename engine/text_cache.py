@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-
 TEXT_PARTS = ("text_encoder", "tokenizer")
 ALL_PARTS = ("model_index.json", "scheduler", "text_encoder", "tokenizer", "transformer", "transformer_2", "vae")
 

@@ -43,6 +43,44 @@ class ObjectNotFound(StoreError):
     retryable = False
 
 
+class KeyTooLong(StoreError):
+    """The key (or a name the store would write for it) is over the store's byte limit; it never will fit."""
+
+    retryable = False
+
+
+@dataclass(frozen=True)
+class TooLong:
+    """How a key overflows a store: which name or whole key, its size and the limit, in UTF-8 bytes."""
+
+    what: str  # "file name '.a.mp4.0123456789abcdef.tmp'", "key 'renders/run/a.mp4'", ...
+    bytes: int
+    limit: int
+
+    @property
+    def excess(self) -> int:
+        return self.bytes - self.limit
+
+    def __str__(self) -> str:
+        return f"its {self.what} would be {self.bytes:,} bytes, over the {self.limit:,}-byte limit"
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def quoted(name: str, most: int = 60) -> str:
+    """A name for a message: repr'd (control characters escaped), cut to about `most` characters."""
+    text = repr(name)
+    return text if len(text) <= most else text[: most - 4] + "...'"
+
+
+def worst(found: list[TooLong]) -> TooLong | None:
+    """The overflow that needs the most bytes cut, or None when everything fits."""
+    over = [t for t in found if t.excess > 0]
+    return max(over, key=lambda t: t.excess) if over else None
+
+
 @dataclass(frozen=True)
 class StoredObject:
     uri: str
@@ -83,6 +121,10 @@ class Store(ABC):
     def replace(self, key: str, data: bytes, *, content_type: str) -> str:
         """Write `data` at `key` whatever is there, atomically (readers see the old or the new object, never half);
         returns its URI. Only for reelbatch's own run files (results.jsonl): a video is never replaced."""
+
+    @abstractmethod
+    def too_long(self, key: str) -> TooLong | None:
+        """None if this store can hold an object at `key` (every name it writes for it, within its limits)."""
 
     @abstractmethod
     def delete(self, key: str) -> None:

@@ -10,18 +10,47 @@ from pathlib import Path
 
 from storage.base import (
     IntegrityError,
+    KeyTooLong,
     ObjectConflict,
     ObjectNotFound,
     Store,
     StoredObject,
     StoreError,
     StoreUnavailable,
+    TooLong,
     check_key,
     check_sha256,
+    quoted,
+    utf8_len,
+    worst,
 )
 
 # OS errors that may pass on their own (a full disk being cleaned, a flaky network mount), so worth a retry.
 _TRANSIENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ETIMEDOUT, errno.ESTALE, errno.EAGAIN, errno.EINTR}
+
+# Linux's limits (linux/limits.h), shared by ext4, xfs and btrfs: a file name holds NAME_MAX bytes, and a path handed
+# to the kernel PATH_MAX bytes with its terminating NUL. Bytes, not characters: "é" is 2 bytes in UTF-8, "東" 3.
+NAME_MAX = 255
+PATH_MAX = 4096
+_TOKEN_BYTES = 8  # the random part of a temporary name, written as 16 hex digits
+
+
+def temp_name(name: str) -> str:
+    """The hidden name a file is written under before it takes `name`: `.{name}.{16 hex digits}.tmp`."""
+    return f".{name}.{secrets.token_hex(_TOKEN_BYTES)}.tmp"
+
+
+def too_long(root: str | Path, key: str) -> TooLong | None:
+    """How `key` under `root` overflows the file system, or None: each folder name, the temporary name of the file
+    (the longest name written for it) and the whole path of that temporary file."""
+    *folders, name = check_key(key).split("/")
+    temp = f".{name}.{'0' * 2 * _TOKEN_BYTES}.tmp"
+    path = f"{os.path.abspath(root).rstrip('/')}/{'/'.join(folders + [temp])}"
+    names = [("folder name", part, NAME_MAX) for part in folders]
+    names += [("temporary file name", temp, NAME_MAX), ("path", path, PATH_MAX - 1)]
+    # Measured first, described only when over: a manifest of 100,000 videos checks every one.
+    return worst([TooLong(f"{what} {quoted(text)}", size, limit) for what, text, limit in names
+                  if (size := utf8_len(text)) > limit])
 
 
 class LocalStore(Store):
@@ -38,14 +67,14 @@ class LocalStore(Store):
         self, key: str, data: bytes, *, sha256: str, content_type: str = "video/mp4", metadata: dict[str, str]
     ) -> StoredObject:
         sha256 = check_sha256(sha256)
-        path = self._path(key)
+        path = self._path(key, writing=True)
         try:
             if path.exists():
                 return self._resolve_existing(key, path, sha256)
             path.parent.mkdir(parents=True, exist_ok=True)
             # Write the whole file under a hidden temporary name in the same folder, then hard-link it into place:
             # link() fails if the name exists, so it is an atomic create-if-absent, and readers never see half a file.
-            tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+            tmp = path.parent / temp_name(path.name)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -72,7 +101,12 @@ class LocalStore(Store):
             raise _store_error(exc, self.uri_for(key)) from exc
 
     def uri_for(self, key: str) -> str:
-        return self._path(key).as_uri()
+        # The path itself, not percent-encoded (Path.as_uri): the form an output URI is written in, so a video's URI
+        # is its run's output prefix followed by its key, byte for byte.
+        return f"file://{self._path(key)}"
+
+    def too_long(self, key: str) -> TooLong | None:
+        return too_long(self.root, key)
 
     def get(self, key: str) -> bytes:
         path = self._path(key)
@@ -97,10 +131,10 @@ class LocalStore(Store):
             raise _store_error(exc, self.uri_for(key)) from exc
 
     def replace(self, key: str, data: bytes, *, content_type: str) -> str:
-        path = self._path(key)
+        path = self._path(key, writing=True)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+            tmp = path.parent / temp_name(path.name)
             try:
                 with open(tmp, "wb") as f:
                     f.write(data)
@@ -121,11 +155,14 @@ class LocalStore(Store):
         except OSError as exc:
             raise _store_error(exc, self.uri_for(key)) from exc
 
-    def _path(self, key: str) -> Path:
+    def _path(self, key: str, *, writing: bool = False) -> Path:
         path = self.root / check_key(key)
         # check_key already rules out '..' and absolute keys; this guards the rule itself.
         if os.path.commonpath([self.root, path]) != str(self.root):
             raise ValueError(f"store key {key!r} escapes the store root {self.root}")
+        over = too_long(self.root, key) if writing else None
+        if over is not None:  # said plainly, before any folder is made, rather than as ENAMETOOLONG half-way
+            raise KeyTooLong(f"{self.uri_for(key)}: {over}")
         return path
 
     def _resolve_existing(self, key: str, path: Path, sha256: str) -> StoredObject:

@@ -17,15 +17,19 @@ from botocore.config import Config
 
 from storage.base import (
     IntegrityError,
+    KeyTooLong,
     ObjectConflict,
     ObjectNotFound,
     Store,
     StoredObject,
     StoreError,
     StoreUnavailable,
+    TooLong,
     check_key,
     check_sha256,
+    quoted,
     sha256_hex,
+    utf8_len,
 )
 
 # boto3 1.36 started sending CRC checksums on every request and validating them on every response by default;
@@ -41,6 +45,15 @@ _CONFIG = Config(
     read_timeout=30,
 )
 
+# An object key is at most 1,024 bytes of UTF-8 (Amazon S3 User Guide, "Naming Amazon S3 objects"), prefix included.
+MAX_KEY_BYTES = 1024
+
+
+def too_long(prefix: str, key: str) -> TooLong | None:
+    """How `key` under `prefix` (the store's, ending in '/' or empty) overflows an S3 key, or None."""
+    full = prefix + check_key(key)
+    size = utf8_len(full)
+    return TooLong(f"key {quoted(full)}", size, MAX_KEY_BYTES) if size > MAX_KEY_BYTES else None
 
 
 def client(endpoint_url: str | None = None):
@@ -116,6 +129,9 @@ class S3Store(Store):
     def uri_for(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{key}"
 
+    def too_long(self, key: str) -> TooLong | None:
+        return too_long(self.prefix, key)
+
     def get(self, key: str) -> bytes:
         uri = self.uri_for(key)
         with self._errors(uri):
@@ -152,7 +168,10 @@ class S3Store(Store):
             self._client.delete_object(Bucket=self.bucket, Key=self._full_key(key))
 
     def _full_key(self, key: str) -> str:
-        return self.prefix + check_key(key)
+        over = too_long(self.prefix, key)
+        if over is not None:  # said plainly, before a request the server would refuse with KeyTooLongError
+            raise KeyTooLong(f"{self.uri_for(key)}: {over}")
+        return self.prefix + key
 
     def _head(self, full_key: str) -> dict | None:
         try:

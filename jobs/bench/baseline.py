@@ -94,7 +94,7 @@ def load_baseline(path: Path, device: torch.device, dtype: torch.dtype):
 def run_baseline(pipe, preset: Preset, cases: list[tuple[str, int]], out: Path, device: torch.device,
                  dtype: torch.dtype, on_video: Callable[[], None] | None = None
                  ) -> tuple[Side, dict[int, tuple[np.ndarray, bytes]]]:
-    store = open_store(out.as_uri() + "/")
+    store = open_store(f"file://{out.absolute()}/")
 
     def one(prompt: str, seed: int) -> np.ndarray:
         frames = pipe(prompt=prompt, height=preset.height, width=preset.width, num_frames=preset.frames,

@@ -212,7 +212,7 @@ def _engine_settings(settings: Settings, work: Path, preset: Preset) -> Settings
     return replace(
         settings,
         database_url=f"sqlite:///{work / 'bench.db'}",
-        output=(work / "engine").as_uri() + "/",
+        output=f"file://{(work / 'engine').absolute()}/",
         cache_dir=settings.cache_dir if not settings.text_cache else _cold_cache(settings.cache_dir, work),
         max_batch=preset.batch,
     )

@@ -116,7 +116,8 @@ def _level(preset: Preset, info: ModelInfo, shape: Shape, settings: Settings, wo
         (work / "cache").mkdir()
         (work / "cache" / "models").symlink_to(Path(settings.cache_dir).resolve() / "models")
         level_settings = replace(settings, database_url=f"sqlite:///{work / 'ladder.db'}",
-                                 output=(work / "out").as_uri() + "/", cache_dir=work / "cache", max_batch=batch)
+                                 output=f"file://{(work / 'out').absolute()}/", cache_dir=work / "cache",
+                                 max_batch=batch)
         upgrade(level_settings.database_url)
         factory = session_factory(level_settings.database_url)
         cases = [(p, 5000 + i) for i, p in enumerate(prompts(count, preset.model))]

@@ -11,11 +11,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from jobs.bench.presets import CANDIDATES, PRESETS
-from jobs.cli.console import err, fail, out
+from jobs.cli.console import err, fail, out, progress_text
 from jobs.cost import profiles
 from jobs.errors import ReelbatchError, UsageError
 from jobs.reports.summary import STAGES
@@ -73,7 +74,7 @@ def bench(
         _bench_ladder(chosen, _counts("--batches", batches, 256), _counts("--workers", workers, 64), json_)
         return
     total = 2 * (videos or chosen.videos)
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=json_) as bar:
         task = bar.add_task(f"bench {preset}: baseline, then reelbatch", total=total)
         from jobs.bench.compare import run_bench  # here, not at the top: torch only for the command that renders
@@ -105,7 +106,7 @@ def _record_profile(settings: Settings, preset, result: BenchResult, model: str)
 
 
 def _bench_long(preset, json_: bool) -> None:
-    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+    with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
         bar.add_task(f"bench --long {preset.name}: 1x and 4x, chunked and full length")
         try:
@@ -118,7 +119,8 @@ def _bench_long(preset, json_: bool) -> None:
         out.print_json(json.dumps(r))
         return
     one, many = r["frames"]["1x"], r["frames"]["4x"]
-    out.print(f"[bold]bench --long {r['preset']}[/bold] on {r['device']}: window {r['window_frames']} frames; "
+    out.print(Text(f"bench --long {r['preset']}", style="bold"),
+              f"on {r['device']}: window {r['window_frames']} frames; "
               f"{one} frames = {r['chunks']['1x']} chunk, {many} frames = {r['chunks']['4x']} chunks", highlight=False)
     full = r["full_length"]
     full_text = (f"full length: time x{full['time_ratio']:.2f}, peak memory x{full['peak_memory_ratio']:.2f}"
@@ -139,7 +141,7 @@ def _counts(option: str, raw: str, most: int) -> tuple[int, ...]:
 
 
 def _bench_ladder(preset, batches: tuple[int, ...], workers: tuple[int, ...], json_: bool) -> None:
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True, disable=json_) as bar:
         task = bar.add_task("ladder", total=len(batches) * len(workers))
 
@@ -159,7 +161,7 @@ def _bench_ladder(preset, batches: tuple[int, ...], workers: tuple[int, ...], js
         out.print_json(json.dumps(result.to_dict()))
         return
     s = result.shape
-    out.print(f"[bold]bench --ladder {result.preset}[/bold] on {result.device}: {s['width']}x{s['height']}, "
+    out.print(Text(f"bench --ladder {result.preset}", style="bold"), f"on {result.device}: {s['width']}x{s['height']}, "
               f"{s['frames']} frames, {s['steps']} steps; claim to stored object, per video", highlight=False)
     table = Table("workers", "batch", "videos", "vid/h", "P50 s", "P95 s", "P99 s", "peak RSS MB", "device MB",
                   "failed", box=None)
@@ -175,7 +177,7 @@ def _bench_ladder(preset, batches: tuple[int, ...], workers: tuple[int, ...], js
 
 
 def _bench_quality(model: str, candidates: list[str], count: int, batch: int, json_: bool) -> None:
-    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+    with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
         task = bar.add_task("bench --quality")
         try:
@@ -195,7 +197,7 @@ def print_quality_bench(r: QualityBench) -> None:
     from jobs.bench.quality import ATTRIBUTES  # the module renders (torch); this only runs after it has
 
     s = r.shape
-    out.print(f"[bold]bench --quality[/bold] {r.model}: {r.count} videos of {s['width']}x{s['height']}, "
+    out.print(Text("bench --quality", style="bold"), f"{r.model}: {r.count} videos of {s['width']}x{s['height']}, "
               f"{s['frames']} frames, {s['steps']} steps, guidance {s['guidance']:g}, batches of {r.batch}; exact "
               f"mode {r.exact_s:.2f} s", highlight=False)
     # Adherence in percent, per attribute: colour, shape, direction, background, all four.
@@ -215,7 +217,7 @@ def print_quality_bench(r: QualityBench) -> None:
 
 def print_bench(r: BenchResult) -> None:
     b, e = r.baseline, r.engine
-    out.print(f"[bold]bench {r.preset}[/bold] on {r.device} ({r.dtype}): {r.shape['videos']} videos of "
+    out.print(Text(f"bench {r.preset}", style="bold"), f"on {r.device} ({r.dtype}): {r.shape['videos']} videos of "
               f"{r.shape['width']}x{r.shape['height']}, {r.shape['frames']} frames, {r.shape['steps']} steps, "
               f"guidance {r.shape['guidance']:g}")
     table = Table("", "baseline", "reelbatch", "ratio")

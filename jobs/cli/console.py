@@ -1,17 +1,57 @@
-"""What every CLI module shares: the two consoles and the one way a user error ends a command."""
+"""What every CLI module shares: the two consoles, which show user text as it is, and the one way a user error ends
+a command.
+
+The consoles never read markup or emoji codes in a string, and show control and bidi characters escaped
+(jobs.reports.text.visible): a manifest path, an output URI, a name or an error quoting one is printed as the user
+wrote it, on stdout and stderr alike. A style is given as a Text's style, never as markup in a string; text in a
+progress bar goes through `progress_text` and `visible`, since a bar builds its own Text. Lines are not wrapped by
+the console (a terminal wraps them), and in a pipe a table is as wide as its text: nothing is cut short.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 from rich.console import Console
+from rich.progress import TextColumn
+from rich.text import Text
 
 from jobs.errors import ReelbatchError
+from jobs.reports.text import literal, visible
 
-out = Console()
-err = Console(stderr=True)
+__all__ = ["err", "fail", "literal", "out", "progress_text", "visible"]
+
+
+# Writing to a pipe or a file, Rich would lay tables out in 80 columns and cut or fold long cells; there is no screen
+# to fit, so lines are as long as their text. A terminal (or COLUMNS) keeps its own width.
+_UNBOUNDED = 10_000
+
+
+class _LiteralConsole(Console):
+    def __init__(self, stderr: bool = False) -> None:
+        stream = sys.stderr if stderr else sys.stdout
+        screen = "COLUMNS" in os.environ or (stream is not None and stream.isatty())
+        super().__init__(stderr=stderr, markup=False, emoji=False, soft_wrap=True,
+                         width=None if screen else _UNBOUNDED)
+
+    def render_str(self, text: str, **kwargs) -> Text:
+        # Every string printed or put in a table comes through here: markup and emoji stay off, whatever a call asks.
+        kwargs.update(markup=False, emoji=False)
+        return super().render_str(visible(text), **kwargs)
+
+
+out = _LiteralConsole()
+err = _LiteralConsole(stderr=True)
+
+
+def progress_text() -> TextColumn:
+    """A progress bar's description column: bold, never read as markup (pass descriptions through `visible`)."""
+    return TextColumn("{task.description}", style="bold", markup=False)
 
 
 def fail(exc: ReelbatchError) -> None:
     """Print a user error (no traceback) to stderr and exit with its code (2 for bad input)."""
-    err.print(str(exc), markup=False, highlight=False, soft_wrap=True)
+    err.print(str(exc), highlight=False)
     raise typer.Exit(exc.exit_code)

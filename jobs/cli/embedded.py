@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+from jobs.cli.console import progress_text, visible
 from jobs.db import queries
 from jobs.db.status import Status
 from jobs.errors import ReelbatchError
@@ -46,10 +47,10 @@ def render(factory, submitted: queries.Submitted, console: Console, resume: str)
     received: list[int] = []  # appended by the handler; everything else happens in the loop below
     previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
         with Progress(*columns, console=console, transient=False) as bar:
-            task = bar.add_task(f"rendering {submitted.name}", total=submitted.videos)
+            task = bar.add_task(visible(f"rendering {submitted.name}"), total=submitted.videos)
             handled = 0
             while True:
                 while handled < len(received):

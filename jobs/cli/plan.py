@@ -80,7 +80,7 @@ def print_estimate(d: dict) -> None:
              if d["cost_usd"] is not None else
              f"cost unknown: {d['unknown_videos']} videos have no basis (known part: {d['known']['videos']} videos, "
              f"{d['known']['gpu_seconds']:.1f} GPU-s, ${d['known']['cost_usd']:.6f})")
-    out.print(f"estimate of [bold]{d['name']}[/] ({d['model']}): {d['videos']} videos, {total}", highlight=False)
+    out.print(f"estimate of {d['name']} ({d['model']}): {d['videos']} videos, {total}", highlight=False)
     if d["finish_s"] is not None:
         out.print(f"done in about {_duration(d['finish_s'])} on {d['gpus']} GPU(s) ({d['gpus_source']}; each busy "
                   f"{d['utilisation']:.0%} of the time; {d['queue_ahead_s']:.1f} GPU-s queued ahead"

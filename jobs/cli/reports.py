@@ -10,8 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from jobs.cli.console import err, fail, out
+from jobs.cli.console import err, fail, literal, out
 from jobs.cost import ledger
 from jobs.cost.capacity import plan
 from jobs.db import queries
@@ -44,7 +45,7 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
         if results:
             try:
                 for uri in write_results(factory, run):
-                    err.print(f"wrote {uri}", highlight=False)
+                    err.print(f"wrote {uri}", highlight=False)  # a console that shows it as it is (console.py)
             except StoreError as exc:
                 raise ReelbatchError(f"writing the result files of run {run}: {exc}") from None
     except ReelbatchError as exc:
@@ -104,7 +105,7 @@ def capacity(
     if json_:
         out.print_json(json.dumps(result))
         return
-    out.print(f"[bold]capacity[/bold] of {gpus} GPU(s), from run {result['run']}", highlight=False)
+    out.print(Text.assemble(("capacity", "bold"), literal(f" of {gpus} GPU(s), from run {result['run']}")))
     table = Table("level", "videos/hour", "videos/day", "videos/month", "cost/video $", "margin", box=None)
     for lv in result["levels"]:
         table.add_row(lv["name"], f"{lv['videos_per_hour']:.1f}", f"{lv['videos_per_day']:.0f}",

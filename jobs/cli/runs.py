@@ -77,6 +77,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         table.add_column("deadline")
     if budgets:
         table.add_column("budget")
+    table.columns[1].overflow = table.columns[2].overflow = "fold"  # a name is shown whole, never cut short
     for r in rows:
         p = plans[r.run_id]
         extra = [_finish_text(p), _deadline_text(p)] if deadlines else []

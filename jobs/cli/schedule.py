@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.cli.console import fail, out
+from jobs.cli.console import fail, literal, out
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError
 from jobs.settings import Settings
@@ -65,7 +65,6 @@ def list_(json_: Annotated[bool, typer.Option("--json", help="Print JSON for scr
         out.print_json(json.dumps({"schedules": [_schedule_dict(r) for r in rows]}))
         return
     from rich.table import Table
-    from rich.text import Text
 
     table = Table("name", "cron (UTC)", "manifest", "next firing", "last firing", "outcome", box=None,
                   pad_edge=False)
@@ -75,7 +74,7 @@ def list_(json_: Annotated[bool, typer.Option("--json", help="Print JSON for scr
         last = r.last_firing
         cells = (r.name, r.cron, r.manifest, _when(r.next_fire_time), _when(last and last.fire_time),
                  "" if last is None else _outcome(last))
-        table.add_row(*map(Text, cells))  # Text: a path or an error is shown as written, never read as markup
+        table.add_row(*map(literal, cells))  # a path or an error is shown as written, never read as markup
     out.print(table)
 
 
@@ -106,7 +105,7 @@ def remove(name: NameArg) -> None:
         remove_schedule(_factory(), name)
     except ReelbatchError as exc:
         fail(exc)
-    out.print(f"schedule {name} removed", markup=False, highlight=False)
+    out.print(f"schedule {name} removed", highlight=False)
 
 
 def beat(

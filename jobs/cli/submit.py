@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from jobs.cli import embedded
-from jobs.cli.console import err, fail, out
+from jobs.cli.console import err, fail, literal, out, progress_text, visible
 from jobs.cost import ledger
 from jobs.db import queries
 from jobs.db.connect import session_factory
@@ -20,7 +20,7 @@ from jobs.errors import ReelbatchError, UsageError
 from jobs.manifest import load_manifest
 from jobs.reports.summary import report_dict
 from jobs.reports.text import print_report
-from jobs.settings import Settings, absolute_output
+from jobs.settings import Settings
 
 ManifestArg = Annotated[Path, typer.Argument(help="A manifest file: .yaml/.yml (a run) or .jsonl (one video a line).")]
 NameOpt = Annotated[Optional[str], typer.Option("--name", help="Run name (JSONL: default the file's stem).")]
@@ -87,10 +87,10 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
 
 def _submit(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
             check_gate: bool = False) -> queries.Submitted:
-    with err.status(f"validating {manifest}"):
+    with err.status(literal(f"validating {manifest}")):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
                              notify=notify, sets=sets or (), allowed_outputs=settings.allowed_outputs,
-                             allowed_webhooks=settings.allowed_webhooks)
+                             allowed_webhooks=settings.allowed_webhooks, default_output=settings.output)
     if spec.notify is not None and settings.webhook_secret is None:
         raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
                          "deliveries could not be signed; set it here and on every worker")
@@ -98,17 +98,17 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, notif
         _check_gate(settings, spec.model)
     factory = session_factory(settings.database_url)
     large = len(spec.videos) >= PROGRESS_FROM_VIDEOS
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not large) as bar:
-        task = bar.add_task(f"recording {spec.name}", total=len(spec.videos))
-        submitted = queries.submit_run(factory, spec, output=absolute_output(spec.output or settings.output),
-                                       new_run=new_run)
+        task = bar.add_task(visible(f"recording {spec.name}"), total=len(spec.videos))
+        submitted = queries.submit_run(factory, spec, output=spec.output, new_run=new_run)
         bar.update(task, completed=len(spec.videos))
         if submitted.pending_units:
             from jobs.work.app import create_app  # here, not at the top: Celery is only for commands that queue
             from jobs.work.tickets import MAX_TICKETS, send_tickets
 
-            tickets = bar.add_task(f"queueing {submitted.name}", total=min(submitted.pending_units, MAX_TICKETS))
+            tickets = bar.add_task(visible(f"queueing {submitted.name}"),
+                                   total=min(submitted.pending_units, MAX_TICKETS))
             send_tickets(create_app(settings), submitted.pending_units, on_sent=lambda: bar.advance(tickets))
     return submitted
 

@@ -16,6 +16,8 @@ from jobs.db.rows import CostRecord, Run, Video, WorkUnit, as_utc, utcnow
 from jobs.db.status import Status, move
 from jobs.errors import RunNameTaken, RunNotFound, UsageError
 from jobs.manifest import RunSpec, derive_seed
+from jobs.manifest.fields import MAX_NAME_CHARS
+from jobs.manifest.room import run_name_problem, video_id_problem
 
 Factory = sessionmaker[Session]
 
@@ -70,6 +72,7 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
                              _pending_units(s, existing.id))
         if existing is not None:
             name = _free_name(s, spec.name)
+            _check_new_name(name, spec, output)
         now = utcnow()
         run = Run(name=name, model=spec.model, output=output, priority=spec.priority, source=spec.source,
                   content_sha256=content, notify_url=spec.notify, codec=spec.encoding.codec, crf=spec.encoding.crf,
@@ -114,6 +117,19 @@ def _pending_units(s: Session, run_id: int) -> int:
                     .where(Video.run_id == run_id, *waiting_units()))
 
 
+def _check_new_name(name: str, spec: RunSpec, output: str) -> None:
+    """A `--new-run` name must hold what the manifest's name held: 128 characters, and every key under `output`."""
+    problem = (f"is {len(name)} characters, over the {MAX_NAME_CHARS}-character limit of a run name"
+               if len(name) > MAX_NAME_CHARS else run_name_problem(output, name))
+    for video in spec.videos if problem is None else ():
+        if (why := video_id_problem(output, name, video.id, video.chunks)) is not None:
+            problem = f"does not leave room for id {video.id!r}, which {why}"
+            break
+    if problem is not None:
+        raise UsageError(f"--new-run: run name {spec.name!r} is taken, and the next free name {name!r} {problem}; "
+                         f"pass a shorter --name")
+
+
 def _free_name(s: Session, base: str) -> str:
     taken = set(s.scalars(select(Run.name).where(Run.name.like(f"{base}-%"))))
     n = 2
@@ -156,7 +172,7 @@ def run_counts(factory: Factory, run: str | None = None) -> list[RunCounts]:
 def _run_id(s: Session, run: str) -> int:
     """A run named by id or by name."""
     found = s.scalar(select(Run.id).where(Run.name == run))
-    if found is None and run.isdigit():
+    if found is None and run.isascii() and run.isdigit():  # '١٢' is a name, never run 12
         found = s.scalar(select(Run.id).where(Run.id == int(run)))
     if found is None:
         raise RunNotFound(f"no run named or numbered {run!r} (see `reelbatch status`)")

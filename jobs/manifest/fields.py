@@ -7,15 +7,14 @@ the user wrote (`001`, `.nan`, `yes`) rather than what the parser made of it (1,
 from __future__ import annotations
 
 import math
-import os
 import re
 import unicodedata
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from urllib.parse import unquote
 
 from engine.models import MAX_CHUNKS, ModelInfo
-from jobs.manifest.values import Date, FieldError, got, shown
+from jobs.manifest.scalars import is_number
+from jobs.manifest.values import FieldError, got, shown
 from jobs.notify.urls import BadUrl, check_allowed
 from storage.codecs import CODECS, CRF_MAX, CRF_MIN, DEFAULT, PRESETS, missing_encoder
 
@@ -43,10 +42,9 @@ SET_RUN_FIELDS = ("max_cost_usd", "deadline")
 
 
 def _integer(value: object, text: str | None, lo: int, hi: int) -> int:
-    # bool is an int in Python, and YAML 1.1 reads `yes`/`on` as True: neither may pass as 1.
+    # bool is an int in Python: `true` may not pass as 1.
     if type(value) is not int:
-        hint = "; write it without quotes" if isinstance(value, str) else ""
-        raise FieldError(f"must be an integer from {lo} to {hi}, {got(value, text)}{hint}")
+        raise FieldError(f"must be an integer from {lo} to {hi}, {got(value, text)}{_unquote_hint(value)}")
     if not lo <= value <= hi:
         raise FieldError(f"must be an integer from {lo} to {hi}, got {shown(value, text)}")
     return value
@@ -54,9 +52,10 @@ def _integer(value: object, text: str | None, lo: int, hi: int) -> int:
 
 def _number(value: object, text: str | None, lo: float, hi: float, *, lo_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        hint = "; write it without quotes" if isinstance(value, str) else ""
-        raise FieldError(f"must be a number, {got(value, text)}{hint}")
-    if not math.isfinite(value):
+        raise FieldError(f"must be a number, {got(value, text)}{_unquote_hint(value)}")
+    # Infinity written as such (.inf, Infinity) is refused for what it is; 1e400 is a finite number out of range.
+    written_inf = text is not None and text.lstrip("+-").lower() in (".inf", "infinity")
+    if math.isnan(value) or (math.isinf(value) and (written_inf or text is None)):
         raise FieldError(f"must be a finite number, got {shown(value, text)}")
     if value < lo or value > hi or (lo_open and value == lo):
         bound = f"more than {lo:g}" if lo_open else f"at least {lo:g}"
@@ -64,10 +63,15 @@ def _number(value: object, text: str | None, lo: float, hi: float, *, lo_open: b
     return float(value)
 
 
+def _unquote_hint(value: object) -> str:
+    """For a string where a number belongs: say so when it would be one without its quotes."""
+    return "; write it without quotes" if isinstance(value, str) and is_number(value) else ""
+
+
 def _string(value: object, text: str | None) -> str:
     if not isinstance(value, str):
-        # A YAML scalar that parsed as something else (001, yes, 2024-01-01) was meant as text: say how to keep it.
-        quotable = value is not None and (text is not None or isinstance(value, Date))
+        # A YAML scalar that parsed as something else (7, 1.5, true) was meant as text: say how to keep it.
+        quotable = value is not None and text is not None
         hint = "; quote it" if quotable else ""
         raise FieldError(f"must be a string, {got(value, text)}{hint}")
     # PostgreSQL text cannot hold NUL, and a lone surrogate (JSON "\ud800") cannot be written as UTF-8 at all.
@@ -128,14 +132,14 @@ def check_max_cost(value: object, text: str | None) -> float:
     return _number(value, text, 0.0, MAX_COST_USD, lo_open=True)
 
 
-_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?")
+_DURATION = re.compile(r"P(?:([0-9]+)D)?(?:T(?:([0-9]+)H)?(?:([0-9]+)M)?(?:([0-9]+)S)?)?")  # ASCII digits
 
 
 def check_deadline(value: object, text: str | None) -> datetime | timedelta:
     """An ISO 8601 date-time with its time zone (`2026-12-02T08:00:00Z`), returned in UTC; or an ISO 8601 duration
     after submission (`PT10H`, `P1DT2H`), for a manifest submitted on a schedule. Whether a date-time is still ahead
     is checked where the manifest is loaded (jobs.manifest.load), which knows the time."""
-    raw = value.text if isinstance(value, Date) else value
+    raw = value  # a bare YAML date-time is text here (jobs.manifest.yaml_read: YAML 1.2, no dates)
     if not isinstance(raw, str):
         raise FieldError(f"must be an ISO 8601 date-time in UTC such as 2026-12-02T08:00:00Z, or a duration after "
                          f"submission such as PT10H; {got(value, text)}")
@@ -169,7 +173,7 @@ def check_name(value: object, text: str | None) -> str:
     Letters (any script, with their combining marks), decimal digits, `.`, `_` and `-`; NFC-normalised, so the
     same name typed on two keyboards is one name.
     """
-    if isinstance(value, bool) or isinstance(value, (int, float, Date)):
+    if isinstance(value, (bool, int, float)):
         hint = f'; quote it: "{shown(value, text)}"'
         raise FieldError(f"must be a string, {got(value, text)}{hint}")
     s = unicodedata.normalize("NFC", _string(value, text))
@@ -192,53 +196,6 @@ def check_model(value: object, text: str | None, names: list[str]) -> str:
     if s not in names:
         raise FieldError(f"{shown(s)} is not registered (registered: {', '.join(names)})")
     return s
-
-
-# --- Output URIs ----------------------------------------------------------------------------------------------------
-
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def check_output(value: object, text: str | None) -> str | None:
-    """`file:///abs/dir/`, `file://./rel/dir/` or `s3://bucket/prefix/`; returned with a trailing `/`."""
-    if value is None:
-        return None
-    uri = _string(value, text)
-    if _CONTROL.search(uri):
-        raise FieldError(f"contains a control character: {shown(uri)}")
-    if not uri.endswith("/"):
-        uri += "/"  # keys are `{prefix}{run name}/...`: without it `s3://b/out` would write `s3://b/outNAME/`
-    output_key(uri)
-    return uri
-
-
-def output_key(uri: str) -> str:
-    """The form two output URIs are compared in: absolute, `.`/`..` resolved, percent-decoded as the store does."""
-    if uri.startswith("file://"):
-        path = unquote(uri[len("file://") :])
-        # The forms storage.stores.open_store accepts.
-        if not (path.startswith(("/", "./", "../")) or path in (".", "..")):
-            raise FieldError(f"must be file:///absolute/dir/ or file://./relative/dir/, got {shown(uri)}")
-        path = os.path.abspath(path)
-        return "file://" + (path if path.endswith("/") else path + "/")
-    if uri.startswith("s3://"):
-        bucket, _, prefix = uri[len("s3://") :].partition("/")
-        if not _BUCKET.fullmatch(bucket):
-            raise FieldError(f"needs a bucket name (3-63 of a-z, 0-9, '.', '-'): s3://BUCKET/prefix/, got {shown(uri)}")
-        parts = prefix.split("/")[:-1] if prefix else []
-        # S3 keeps `..` literally but a local mirror would not; `?` and `#` would be cut off by URL parsing.
-        if any(p in ("", ".", "..") for p in parts) or "?" in prefix or "#" in prefix or "\\" in prefix:
-            raise FieldError(f"prefix must be plain path parts (no '', '.', '..', '?', '#', '\\'), got {shown(uri)}")
-        return f"s3://{bucket}/{prefix}"
-    raise FieldError(f"must be a file:// or s3:// URI, got {shown(uri)}")
-
-
-def check_output_allowed(uri: str, allowed: list[str]) -> None:
-    """Refuse an output outside every operator-allowed prefix; compares whole path parts, so a/ never allows ab/."""
-    key = output_key(uri)
-    if not any(key.startswith(a) for a in allowed):
-        raise FieldError(f"{shown(uri)} is not under an allowed output prefix ({', '.join(allowed)})")
 
 
 def check_notify(value: object, text: str | None, allowed: tuple[str, ...] | None) -> str | None:
@@ -279,7 +236,7 @@ def check_preset(value: object, text: str | None) -> str:
 
 # --- Picture and time -----------------------------------------------------------------------------------------------
 
-_SIZE = re.compile(r"(\d{1,5})[xX](\d{1,5})")
+_SIZE = re.compile(r"([0-9]{1,5})[xX]([0-9]{1,5})")  # ASCII digits: \d would take '１２' and '١٢' as 12
 
 
 def check_resolution(value: object, text: str | None, multiple: int) -> tuple[int, int]:

@@ -26,16 +26,15 @@ from jobs.manifest.fields import (
     check_model,
     check_name,
     check_notify,
-    check_output,
-    check_output_allowed,
     check_preset,
     check_priority,
-    output_key,
     plan_frames,
     video_checks,
 )
 from jobs.manifest.limits import pick_deadline, pick_max_cost, split_sets
+from jobs.manifest.outputs import canonical_output, check_output, check_output_allowed
 from jobs.manifest.read import load_jsonl, read_text
+from jobs.manifest.room import check_room
 from jobs.manifest.specs import Report, RunSpec, VideoSpec
 from jobs.manifest.values import INVALID, MAX_VIDEOS, FieldError, Item, Map, Seq, shown
 from jobs.manifest.yaml_read import load_yaml, yaml_scalar
@@ -55,6 +54,7 @@ def load_manifest(
     allowed_outputs: Sequence[str] | None = None,
     allowed_webhooks: Sequence[str] | None = None,
     now: datetime | None = None,
+    default_output: str | None = None,
 ) -> RunSpec:
     """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
 
@@ -67,10 +67,14 @@ def load_manifest(
     (`max_cost_usd`, `deadline`) sets that run field instead. `allowed_outputs`: URI prefixes `output` must be under;
     `allowed_webhooks`: URL prefixes `notify` must be under (none: `notify` is refused). `now` (aware; default the
     clock): what a deadline must be after, and what a deadline duration counts from.
+
+    The run's output is held in its canonical form (jobs.manifest.outputs): the manifest's own, else
+    `default_output`'s (None when neither is given); the run name and every id must fit the store there.
     """
     path = Path(path)
     report = Report(str(path))
-    allowed = None if allowed_outputs is None else [_allowed_key(a) for a in allowed_outputs]
+    allowed = None if allowed_outputs is None else [_canonical("allowed output prefix", a) for a in allowed_outputs]
+    fallback = None if default_output is None else _canonical("default output", default_output)
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".jsonl"):
         report(0, "(file)", f"{path.name!r} is not a manifest name: use .yaml or .yml (a run) or .jsonl (a video a line)")
@@ -91,8 +95,8 @@ def load_manifest(
         entries = _yaml_videos(top, report)
     hooks = tuple(allowed_webhooks) if allowed_webhooks else None
     now = datetime.now(timezone.utc) if now is None else now.astimezone(timezone.utc)
-    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, notify, hooks, sets,
-                     now)
+    spec = _assemble(top, entries, report, registry, path, allowed, fallback, name, model, output, priority, notify,
+                     hooks, sets, now)
     report.raise_any()
     return spec
 
@@ -100,15 +104,16 @@ def load_manifest(
 # --- Assembly: run fields, defaults, videos -----------------------------------------------------------------------
 
 
-def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, notify, hooks, sets,
-              now) -> RunSpec | None:
+def _assemble(top, entries, report, registry, path, allowed, fallback, name, model, output, priority, notify, hooks,
+              sets, now) -> RunSpec | None:
     run_name = _pick(top, report, "name", name, check_name, required=True)
     model_name = _pick(top, report, "model", model, partial(check_model, names=registry.names()), default="tiny")
     out = _pick(top, report, "output", output, check_output, default=None)
     if allowed is not None and out not in (None, INVALID):
-        line, field = (0, "--output") if output is not None else (top.items["output"].line, "output")
+        line, field, written = (0, "--output", output) if output is not None else \
+            (top.items["output"].line, "output", top.items["output"].value)
         try:
-            check_output_allowed(out, allowed)
+            check_output_allowed(written, out, allowed)
         except FieldError as exc:
             report(line, field, str(exc))
     prio = _pick(top, report, "priority", priority, check_priority, default=0)
@@ -138,8 +143,18 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
             videos.append(video)
     if report.issues:
         return None
+    where = fallback if out is None else out
+    if where is not None:
+        name_at = (0, "--name") if name is not None else (top.items["name"].line, "name")
+        output_at = ((0, "--output") if output is not None else (top.items["output"].line, "output") if out
+                     else (0, "REELBATCH_OUTPUT"))
+        check_room(where, output_at, run_name, name_at, videos, seen, report)
+        if report.issues:
+            return None
+    # The hash has the file's own output (None when it names none), so filling in the default changes no hash;
+    # submit_run adds the output the run is recorded with.
     encoding = Encoding(codec, crf, preset)
-    return RunSpec(run_name, model_name, out, prio, str(path.absolute()), tuple(videos),
+    return RunSpec(run_name, model_name, where, prio, str(path.absolute()), tuple(videos),
                    _content_sha256(run_name, model_name, out, prio, videos, hook, encoding, cap, deadline_form), hook,
                    encoding, cap, deadline)
 
@@ -237,10 +252,17 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
         field = prefix[:-1] if prefix else "(video)"
         report(item.line, field, f"each video must be a mapping with id and prompt, got {shown(vmap, item.text)}")
         return None
+    # A video reused through an alias (`- *base`) holds the anchor's values and lines: report it at its own line.
+    via = "" if item.alias is None else f" (video *{item.alias}, written at line {vmap.line})"
+    line = vmap.line if item.alias is None else item.line
+
+    def at(it: Item) -> int:
+        return it.line if item.alias is None else item.line
+
     ok, own = True, {}
     for key, it in vmap.items.items():
         if key not in checks:
-            report(it.line, prefix + key, _unknown(key, VIDEO_FIELDS))
+            report(at(it), prefix + key, _unknown(key, VIDEO_FIELDS) + via)
             ok = False
         elif it.value is INVALID:
             ok = False
@@ -248,21 +270,21 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
             try:
                 own[key] = checks[key](it.value, it.text)
             except FieldError as exc:
-                report(it.line, prefix + key, str(exc))
+                report(at(it), prefix + key, str(exc) + via)
                 ok = False
     for key in ("id", "prompt"):
         if key not in vmap.items and (key == "id" or key not in defaults):
-            report(vmap.line, prefix + key, f"missing required field {key!r}")
+            report(line, prefix + key, f"missing required field {key!r}{via}")
             ok = False
     if "id" in own:
         vid = own["id"]
         if vid in seen:
             first_line, first_prefix = seen[vid]
             where = f"line {first_line}" + (f" ({first_prefix[:-1]})" if first_prefix else "")
-            report(vmap.items["id"].line, prefix + "id", f"duplicate id {shown(vid)}: already used at {where}")
+            report(at(vmap.items["id"]), prefix + "id", f"duplicate id {shown(vid)}: already used at {where}{via}")
             ok = False
         else:
-            seen[vid] = (vmap.items["id"].line, prefix)
+            seen[vid] = (at(vmap.items["id"]), prefix)
     if info is None:
         return None
     d = info.defaults
@@ -284,11 +306,11 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
             frames = plan_frames(info, values["duration_s"], values["fps"])
         except FieldError as exc:
             where = vmap.items.get("duration_s") or vmap.items.get("fps")
-            report(where.line if where else vmap.line, prefix + "duration_s", str(exc))
+            report(at(where) if where else line, prefix + "duration_s", str(exc) + via)
     if not ok or frames is None or size is INVALID or any(v is INVALID for v in values.values()):
         return None
     chunks = info.chunk_plan(frames).chunks if info else 1
-    return VideoSpec(id=own["id"], line=vmap.line, prompt=values["prompt"], negative_prompt=values["negative_prompt"],
+    return VideoSpec(id=own["id"], line=line, prompt=values["prompt"], negative_prompt=values["negative_prompt"],
                      seed=values["seed"], width=size[0], height=size[1], frames=frames, fps=values["fps"],
                      duration_s=frames / values["fps"], steps=values["steps"], guidance=float(values["guidance"]),
                      requested_duration_s=float(values["duration_s"]), chunks=chunks,
@@ -329,11 +351,11 @@ def _unknown(key: str, choices: Sequence[str]) -> str:
     return f"unknown field {shown(key)}" + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
-def _allowed_key(prefix: str) -> str:
+def _canonical(what: str, uri: str) -> str:
     try:
-        return output_key(check_output(prefix, None))
+        return canonical_output(uri)
     except FieldError as exc:
-        raise UsageError(f"allowed output prefix {prefix!r} {exc}") from None
+        raise UsageError(f"{what} {uri!r} {exc}") from None
 
 
 def _content_sha256(name, model, output, priority, videos, notify, encoding, max_cost_usd, deadline) -> str:

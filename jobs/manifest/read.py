@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import partial
 from pathlib import Path
 
-from jobs.manifest.values import MAX_FILE_BYTES, MAX_VIDEOS, Item, Map, shown
+from jobs.manifest.values import INVALID, MAX_FILE_BYTES, MAX_VIDEOS, Item, Map, shown
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -39,8 +40,9 @@ def read_text(path: Path, report) -> str | None:
         return None
 
 
-class _JsonConstant(float):
-    """JSON's NaN and Infinity, which Python's json accepts: kept as written so a message shows them."""
+class _JsonNumber(float):
+    """A JSON number with a fraction or an exponent (and Python's NaN and Infinity), keeping its text: `1e400` is
+    read as inf, and a message must show what the user wrote."""
 
     def __new__(cls, text: str):
         self = super().__new__(cls, text)
@@ -57,7 +59,7 @@ def _json_object(report, line: int, pairs: list[tuple[str, object]]) -> Map:
         if key in items:
             report(line, key, f"duplicate field {key!r} (values {shown(items[key].value)} and {shown(value)})")
         else:
-            items[key] = Item(value, line)
+            items[key] = Item(value, line, getattr(value, "text", None))
     return Map(line, items)
 
 
@@ -71,12 +73,47 @@ def load_jsonl(text: str, report) -> list[Item]:
             report(n, "(file)", f"has more than {MAX_VIDEOS:,} videos; split it into several runs")
             return []
         try:
-            value = json.loads(raw, object_pairs_hook=partial(_json_object, report, n), parse_constant=_JsonConstant)
+            value = json.loads(raw, object_pairs_hook=partial(_json_object, report, n), parse_float=_JsonNumber,
+                               parse_constant=_JsonNumber)
         except json.JSONDecodeError as exc:
-            report(n, "(syntax)", f"{exc.msg} at column {exc.colno}: {shown(raw[max(0, exc.pos - 30):exc.pos + 30])}")
-            continue
+            value = _raw_controls(raw, n, report) if exc.msg.startswith("Invalid control character") else None
+            if value is None:
+                report(n, "(syntax)", f"{exc.msg} at column {exc.colno}: "
+                                      f"{shown(raw[max(0, exc.pos - 30):exc.pos + 30])}")
+                continue
         except (ValueError, RecursionError) as exc:  # an integer of over 4,300 digits; [[[[...
             report(n, "(syntax)", f"{type(exc).__name__}: {str(exc)[:80]}")
             continue
         records.append(Item(value, n))
     return records
+
+
+def _raw_controls(raw: str, line: int, report) -> Map | None:
+    """A raw control character (a NUL byte, an ESC) inside a JSON string: report each field that holds one, with
+    its value, rather than only a column, and return the record with those fields INVALID so the rest is checked.
+    None when that is not the line's only fault."""
+    try:
+        value = json.loads(raw, strict=False, object_pairs_hook=partial(_json_object, lambda *_: None, line),
+                           parse_float=_JsonNumber, parse_constant=_JsonNumber)
+    except ValueError:
+        return None
+    if not isinstance(value, Map):
+        return None
+    raw_chars = set(_JSON_RAW.findall(raw))  # as written in the line, not escaped as \u001b
+    found = [(key, ch) for key, item in value.items.items() if isinstance(item.value, str)
+             for ch in [next((c for c in item.value if c in raw_chars), None)] if ch is not None]
+    for key, ch in found:
+        text = value.items[key].value
+        report(line, key, raw_control_message(text, ch))
+        value.items[key] = Item(INVALID, line, text)
+    return value if found else None
+
+
+# What a JSON string may not hold unescaped (RFC 8259, section 7); YAML refuses a wider set (jobs.manifest.yaml_read).
+_JSON_RAW = re.compile("[\x00-\x1f]")
+
+
+def raw_control_message(text: str, ch: str) -> str:
+    """A value holding the control character `ch` as it is, shown with the character escaped."""
+    return (f"holds the control character {ch!r} as it is, which a manifest cannot: {shown(text)}; remove it, or "
+            f"write it as an escape (\\u{ord(ch):04x} in a JSON or double-quoted YAML string) if it belongs")

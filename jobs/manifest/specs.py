@@ -61,7 +61,7 @@ class VideoSpec:
 class RunSpec:
     name: str
     model: str
-    output: str | None  # a URI prefix ending in "/", or None for the operator's default
+    output: str | None  # canonical (jobs.manifest.outputs): the file's, else the default's; None if neither was given
     priority: int  # 0-9, higher renders first
     source: str
     videos: tuple[VideoSpec, ...]

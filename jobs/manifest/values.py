@@ -28,7 +28,8 @@ class Item:
 
     value: object
     line: int
-    text: str | None = None  # the YAML source text of a scalar
+    text: str | None = None  # the source text of a scalar (YAML) or of a number (JSON)
+    alias: str | None = None  # the anchor's name when this is a YAML alias (*name) used at `line`
 
 
 class Map:
@@ -45,13 +46,6 @@ class Seq:
 
     def __init__(self, line: int, items: list[Item]):
         self.line, self.items = line, items
-
-
-@dataclass(frozen=True, slots=True)
-class Date:
-    """A bare YAML date (`2024-01-01`), kept as text: YAML 1.1 reads it as a date where a user meant a string."""
-
-    text: str
 
 
 class _Invalid:
@@ -74,8 +68,6 @@ def shown(value: object, text: str | None = None) -> str:
         s = "{" + ", ".join(list(value.items)[:4]) + (", ...}" if len(value.items) > 4 else "}")
     elif isinstance(value, (Seq, list)):
         s = f"a list of {len(value.items if isinstance(value, Seq) else value)} items"
-    elif isinstance(value, Date):
-        s = value.text
     elif text is not None and not isinstance(value, str):
         s = text
     else:
@@ -92,8 +84,6 @@ def kind(value: object) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
-    if isinstance(value, Date):
-        return "a date"
     if isinstance(value, Map):
         return "a mapping"
     if isinstance(value, (Seq, list)):

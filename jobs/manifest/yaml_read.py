@@ -7,57 +7,32 @@ value keeps its line, only plain scalars, mappings and lists get through, and al
 
 from __future__ import annotations
 
-from functools import lru_cache
+import re
 
 import yaml
 
-from jobs.manifest.values import INVALID, MAX_DEPTH, MAX_NODES, Date, FieldError, Item, Map, Seq, shown
+from jobs.manifest.read import raw_control_message
+from jobs.manifest.scalars import plain_scalar, tagged_scalar
+from jobs.manifest.values import INVALID, MAX_DEPTH, MAX_NODES, FieldError, Item, Map, Seq, shown
 
 _T = "tag:yaml.org,2002:"
 _LIBYAML = hasattr(yaml, "CSafeLoader")
 _Parser = yaml.CSafeLoader if _LIBYAML else yaml.SafeLoader
-_resolver = yaml.resolver.Resolver()
-_construct = yaml.constructor.SafeConstructor()
 
-
-def _by_node(method):
-    return lambda text: method(yaml.ScalarNode("", text))
-
-
-# The tags a value may carry, explicitly or by YAML 1.1's implicit rules. Nothing that builds objects, and no
-# bytes, sets or dates (a bare date becomes Date, for the "quote it" message).
-_CONVERT = {
-    _T + "str": str,
-    _T + "null": lambda text: None,
-    _T + "bool": _by_node(_construct.construct_yaml_bool),
-    _T + "int": _by_node(_construct.construct_yaml_int),  # 0x1F, 0o17, 1_000 as YAML 1.1 reads them
-    _T + "float": _by_node(_construct.construct_yaml_float),  # .inf and .nan too; the field checks refuse them
-}
-_IMPLICIT_ONLY = {_T + "timestamp": Date, _T + "merge": str, _T + "value": str}
+# The tags a value may carry explicitly, each read by its YAML 1.2 core-schema rule (jobs.manifest.scalars). Nothing
+# that builds objects, and no bytes, sets or dates.
+_SCALAR_TAGS = {_T + name for name in ("str", "null", "bool", "int", "float")}
 _SKIP, _MERGE = object(), object()  # the pending key of a mapping: drop the next value; a `<<` merge
-
-
-@lru_cache(maxsize=4096)
-def _implicit_tag(text: str) -> str:
-    return _resolver.resolve(yaml.ScalarNode, text, (True, False))
 
 
 def _scalar(tag: str | None, plain: bool, text: str) -> object:
     if tag is None:
-        if not plain:
-            return text  # quoted or block: always a string
-        tag = _implicit_tag(text) if len(text) < 40 else _resolver.resolve(yaml.ScalarNode, text, (True, False))
-        if tag in _IMPLICIT_ONLY:
-            return _IMPLICIT_ONLY[tag](text)
-    elif tag == "!":
+        return plain_scalar(text) if plain else text  # quoted or block: always a string
+    if tag == "!":
         return text  # the non-specific tag: a string, whatever it looks like
-    convert = _CONVERT.get(tag)
-    if convert is None:
+    if tag not in _SCALAR_TAGS:
         raise FieldError(f"{_tag_error(tag)} (value {shown(text)})")
-    try:
-        return convert(text)
-    except (ValueError, KeyError, IndexError):  # `!!int abc`, `!!bool maybe`, `!!int ""`, 5,000 digits
-        raise FieldError(f"{shown(text)} cannot be read as {tag.removeprefix(_T)}") from None
+    return tagged_scalar(tag.removeprefix(_T), text)
 
 
 def _tag_error(tag: str) -> str:
@@ -85,8 +60,10 @@ class _Composer:
     early. An aliased value is built once and shared, never copied.
     """
 
-    def __init__(self, report):
+    def __init__(self, report, markers: dict[str, str] | None = None):
         self.report = report
+        self.markers = markers or {}  # private-use character -> the control character it stands for
+        self.marked = 0
         self.anchors: dict[str, tuple[object, str | None, int]] = {}  # name -> (value, text, expanded count)
         self.open: set[str] = set()  # anchors of collections still being read: an alias to one recurses
         self.stack: list[_Frame] = []
@@ -133,10 +110,13 @@ class _Composer:
         line = ev.start_mark.line + 1
         self.count(1, line)
         top = self.stack[-1] if self.stack else None
+        if self.markers and any(m in ev.value for m in self.markers):
+            self.raw_control(ev, line, top)
+            return
         if top is not None and top.key is None and isinstance(top.value, Map):  # a field name
             if ev.tag is None and ev.implicit[0] and ev.value == "<<":
                 top.key = _MERGE
-            elif ev.tag not in (None, "!") and ev.tag not in _CONVERT:
+            elif ev.tag not in (None, "!") and ev.tag not in _SCALAR_TAGS:
                 self.report(line, top.path or "(top level)", f"field name {ev.value!r}: {_tag_error(ev.tag)}")
                 top.key = _SKIP
             else:
@@ -150,6 +130,18 @@ class _Composer:
         if ev.anchor:
             self.anchors[ev.anchor] = (value, ev.value, 1)
         self.emit(Item(value, line, ev.value))
+
+    def raw_control(self, ev: yaml.ScalarEvent, line: int, top: _Frame | None) -> None:
+        """A value or field name holding a character YAML refuses (swapped for a marker; see _compose_marked)."""
+        self.marked += 1
+        text = "".join(self.markers.get(ch, ch) for ch in ev.value)
+        message = raw_control_message(text, next(self.markers[ch] for ch in ev.value if ch in self.markers))
+        if top is not None and top.key is None and isinstance(top.value, Map):
+            self.report(line, top.path or "(top level)", f"field name {message}")
+            top.key = _SKIP
+            return
+        self.report(line, self.child_path() or "(top level)", message)
+        self.emit(Item(INVALID, line, text))
 
     def start(self, ev, cls) -> None:
         line = ev.start_mark.line + 1
@@ -191,7 +183,7 @@ class _Composer:
             entry = (INVALID, None, 1)
         value, text, n = entry
         self.count(n, line, ev.anchor)
-        self.emit(Item(value, line, text))
+        self.emit(Item(value, line, text, ev.anchor))
 
     def emit(self, item: Item) -> None:
         if not self.stack:
@@ -217,25 +209,64 @@ class _Composer:
             top.value.items[key] = item
 
 
-def load_yaml(text: str, report) -> Map | None:
+_FAILED = Item(INVALID, 0)
+# What YAML's reader refuses in a file (PyYAML's Reader.NON_PRINTABLE, from the YAML spec's c-printable).
+_NON_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _compose_marked(text: str, error: yaml.reader.ReaderError, report) -> Item | None:
+    """Read the file again with each character YAML refuses swapped for a private-use character the file lacks, so
+    that each value holding one is reported with its field and value (as a JSON line's is); the reader's own message
+    when none is in a value (a comment, a field name)."""
+    bad = sorted(set(_NON_PRINTABLE.findall(text)))
+    free = (chr(c) for c in range(0xE000, 0xF900) if chr(c) not in text)
+    markers = dict(zip(bad, free))
+    if len(markers) < len(bad):  # a file using the whole private-use area: no spare character to mark with
+        _report_error(text, error, report)
+        return _FAILED
+    composer = _Composer(report, {m: ch for ch, m in markers.items()})
     try:
-        top = _Composer(report).compose(text)
-    except yaml.MarkedYAMLError as exc:
+        top = composer.compose(_NON_PRINTABLE.sub(lambda m: markers[m.group()], text))
+    except (yaml.YAMLError, _Refused) as exc:
+        _report_error(text, exc, report)
+        return _FAILED
+    if not composer.marked:
+        _report_error(text, error, report)
+        return _FAILED
+    return top
+
+
+def _report_error(text: str, exc: Exception, report) -> None:
+    if isinstance(exc, _Refused):
+        report(*exc.args)
+    elif isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         lines = text.split("\n", mark.line + 1)
         near = lines[mark.line].strip() if mark.line < len(lines) else ""
         context = f" ({exc.context})" if exc.context and exc.problem else ""
         report(mark.line + 1, "(syntax)", f"{exc.problem or exc.context}{context} at column {mark.column + 1}: "
                                           f"{shown(near)}")
-        return None
-    except yaml.YAMLError as exc:  # the reader: a control character
+    else:  # the reader: a control character
         position = getattr(exc, "position", 0)
         # libyaml counts the position in UTF-8 bytes, PyYAML's own reader in characters.
         head = text.encode("utf-8")[:position].decode("utf-8", "replace") if _LIBYAML else text[:position]
         report(head.count("\n") + 1, "(syntax)", str(exc).split("\n")[0])
-        return None
-    except _Refused as exc:
-        report(*exc.args)
+
+
+def load_yaml(text: str, report) -> Map | None:
+    # Held back until the reading ends: a control character met late means reading again, and reporting once.
+    held: list[tuple] = []
+    try:
+        top = _Composer(lambda *issue: held.append(issue)).compose(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow in a file: say which value holds it
+        held.clear()
+        top = _compose_marked(text, exc, report)
+    except (yaml.YAMLError, _Refused) as exc:
+        _report_error(text, exc, lambda *issue: held.append(issue))
+        top = _FAILED
+    for issue in held:
+        report(*issue)
+    if top is _FAILED:
         return None
     if top is None:
         report(1, "(file)", "is empty (or only comments): a manifest needs name and videos")

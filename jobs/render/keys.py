@@ -34,3 +34,14 @@ def checkpoint_key(run_name: str, video_key: str, chunk: int, token: int) -> str
 def result_keys(run_name: str) -> tuple[str, str]:
     """The run's result files, beside its videos: results.jsonl and errors.jsonl (jobs.reports.results)."""
     return f"{run_name}/results.jsonl", f"{run_name}/errors.jsonl"
+
+
+# The largest lease token (a BIGINT column): a checkpoint key under it is the longest a chunk can have.
+_MAX_TOKEN = 2**63 - 1
+
+
+def longest_video_keys(run_name: str, video_key: str, chunks: int) -> tuple[str, ...]:
+    """The longest keys a video's objects can have: its MP4 and, for a long video, its last chunk's checkpoint; what
+    must fit the store before the video is accepted (jobs.manifest.room)."""
+    keys = (object_key(run_name, video_key),)
+    return keys + (checkpoint_key(run_name, video_key, chunks - 1, _MAX_TOKEN),) if chunks > 1 else keys

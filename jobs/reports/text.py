@@ -1,25 +1,51 @@
-"""A run's report for people: jobs.reports.summary's data as a table and a few lines of figures."""
+"""A run's report for people: jobs.reports.summary's data as a table and a few lines of figures; and how any text a
+user wrote (a name, an id, a path, a URI, an error quoting one) is shown on a terminal: as it is.
+
+User text is never read as Rich markup (`[bold]`, `[/x]`) or emoji codes (`:smile:`), and the characters that would
+act on the terminal instead of being shown (control characters such as ESC, bidi controls that reorder a line) are
+shown escaped, as Python writes them (`\x1b`, `\u202e`). Everything else, brackets and backslashes included, is
+printed unchanged.
+"""
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+# C0 and C1 control characters but the newline (a tab too: Rich would turn it into spaces), the bidi controls
+# (Unicode's Bidi_Control property) and the line and paragraph separators.
+_UNSHOWABLE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                         "\u2028\u2029]")
+
+
+def visible(text: str) -> str:
+    """`text` with each character that would act on the terminal written as its escape; the rest unchanged."""
+    return _UNSHOWABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def literal(text: object, style: str = "") -> Text:
+    """User text as a Rich Text: shown as it is (see visible), never read as markup."""
+    return Text(visible(str(text)), style=style)
 
 
 def print_report(console: Console, data: dict) -> None:
-    console.print(f"run {data['run_id']} [bold]{data['name']}[/] ({data['model']}) -> {data['output']}",
-                  highlight=False)
+    console.print(Text.assemble(f"run {data['run_id']} ", literal(data["name"], "bold"),
+                                literal(f" ({data['model']}) -> {data['output']}")), soft_wrap=True)
     table = Table("id", "status", "frames", "size", "chunks", "seams", "KiB", "sha256", "cost $", box=None,
                   pad_edge=False)
+    table.columns[0].overflow = "fold"  # an id is shown whole, wrapped if it must be, never cut short
     for v in data["videos"]:
         kib = f"{v['bytes'] / 1024:.1f}" if v["bytes"] is not None else ""
         seams = "" if v["seam_score"] is None else f"{v['seam_score']:.2f}" + (" REVIEW" if v["needs_review"] else "")
-        table.add_row(v["id"], v["status"], f"{v['frames']}@{v['fps']}", f"{v['width']}x{v['height']}",
+        table.add_row(literal(v["id"]), v["status"], f"{v['frames']}@{v['fps']}", f"{v['width']}x{v['height']}",
                       str(v["chunks"]), seams, kib, (v["sha256"] or "")[:12], f"{v['cost_usd']:.6f}")
     console.print(table)
     for v in data["videos"]:
         if v["error"]:
-            console.print(f"  {v['id']}: {v['error']}", markup=False, highlight=False)
+            console.print(literal(f"  {v['id']}: {v['error']}"), soft_wrap=True)
     counts = ", ".join(f"{n} {k}" for k, n in data["counts"].items() if n)
     per = data["cost"]["per_successful_video_usd"]
     per_text = f"${per:.6f} per successful video" if per is not None else "no successful videos"
@@ -27,8 +53,8 @@ def print_report(console: Console, data: dict) -> None:
     idle_text = f" + ${idle:.6f} idle worker time ({data['cost']['idle_s']:.1f} s, its share)" if idle else ""
     console.print(f"{counts}; total ${data['cost']['total_usd']:.6f}{idle_text}; {per_text}", highlight=False)
     if data["failures_by_reason"]:
-        console.print("failures: " + ", ".join(f"{n} {reason}" for reason, n in data["failures_by_reason"].items()),
-                      markup=False, highlight=False)
+        console.print(literal("failures: " + ", ".join(f"{n} {reason}" for reason, n in
+                                                       data["failures_by_reason"].items())), soft_wrap=True)
     t = data["throughput"]
     if t["videos_per_hour"]:
         console.print(f"throughput {t['videos_per_hour']:.1f} videos/hour, {t['video_seconds_per_hour']:.1f} "

@@ -18,7 +18,7 @@ from jobs.cost.prices import Price, Rate, StoragePrice
 from jobs.errors import UsageError
 from jobs.settings.variables import VARIABLES
 
-__all__ = ["VARIABLES", "Settings", "absolute_output", "markdown_table"]
+__all__ = ["VARIABLES", "Settings", "markdown_table"]
 
 
 @dataclass(frozen=True)
@@ -116,18 +116,3 @@ def markdown_table() -> str:
     rows = ["| variable | meaning | default |", "|---|---|---|"]
     rows += [f"| `{v.name}` | {v.help} | {v.shown} |" for v in VARIABLES]
     return "\n".join(rows) + "\n"
-
-
-def absolute_output(uri: str) -> str:
-    """An output prefix that means the same wherever a worker runs: relative folders are made absolute.
-
-    abspath, not resolve(): symlinks stay as written, so the prefix checked against REELBATCH_ALLOWED_OUTPUTS is the
-    prefix used.
-    """
-    if not uri.endswith("/"):
-        uri += "/"
-    if uri.startswith("file://"):
-        return f"file://{os.path.abspath(uri[len('file://'):])}/"
-    if "://" not in uri:
-        return f"file://{os.path.abspath(uri)}/"
-    return uri

@@ -6,6 +6,8 @@ import math
 import re
 from pathlib import Path
 
+from jobs.manifest.outputs import canonical_output
+from jobs.manifest.values import FieldError
 from jobs.notify.urls import BadUrl, allowed_prefixes
 
 
@@ -17,11 +19,14 @@ def text(raw: str) -> str:
     return raw
 
 
+# ASCII digits only, as in a manifest (jobs.manifest.scalars): float() alone would also read '１２', '1_0' and 'inf'.
+_DECIMAL = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
 def number(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadValue("expected a number") from None
+    if not _DECIMAL.fullmatch(raw.strip()):
+        raise BadValue("expected a number (ASCII digits, e.g. 2.5)")
+    value = float(raw)
     if not math.isfinite(value):
         raise BadValue("expected a finite number")
     return value
@@ -84,8 +89,18 @@ def device(raw: str) -> str:
     return raw.strip()
 
 
+def output(raw: str) -> str:
+    """An output URI, checked as a manifest's `output` is (jobs.manifest.outputs); made canonical where it is used,
+    since a relative folder means the working folder of the process that submits."""
+    try:
+        canonical_output(raw.strip())
+    except FieldError as exc:
+        raise BadValue(str(exc)) from None
+    return raw.strip()
+
+
 def prefixes(raw: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in raw.split(",") if p.strip())
+    return tuple(output(p) for p in raw.split(",") if p.strip())
 
 
 def webhook_prefixes(raw: str) -> tuple[str, ...]:

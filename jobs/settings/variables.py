@@ -14,6 +14,7 @@ from jobs.settings.readers import (
     device,
     fraction,
     fraction_or_zero,
+    output,
     path,
     port,
     positive,
@@ -65,7 +66,7 @@ VARIABLES: tuple[Variable, ...] = (
     V("REELBATCH_BROKER_URL", "broker_url", text, lambda: f"sqla+sqlite:///{Path.cwd() / 'reelbatch-broker.db'}",
       "`sqla+sqlite:///./reelbatch-broker.db`",
       "Celery broker: `redis://HOST:6379/0` in production; the default is kombu's SQLite transport, no server"),
-    V("REELBATCH_OUTPUT", "output", text, "file://./outputs/", "`file://./outputs/`",
+    V("REELBATCH_OUTPUT", "output", output, "file://./outputs/", "`file://./outputs/`",
       "where videos go: `file://DIR/` or `s3://BUCKET/PREFIX/` (`AWS_ENDPOINT_URL` points boto3 at an "
       "S3-compatible store; credentials as usual for boto3)"),
     V("REELBATCH_ALLOWED_OUTPUTS", "allowed_outputs", prefixes, None, "any",

@@ -32,7 +32,7 @@ from jobs.db.rows import Firing, Run, Schedule, as_utc, utcnow
 from jobs.errors import UsageError
 from jobs.manifest import ManifestError, RunSpec, load_manifest
 from jobs.manifest.values import MAX_FILE_BYTES
-from jobs.settings import Settings, absolute_output
+from jobs.settings import Settings
 from jobs.work.schedules import (
     MAX_ERROR_CHARS,
     RESUME_AFTER,
@@ -146,7 +146,8 @@ def _load(settings: Settings, manifest: str, run_name: str, notify: str | None) 
     """Read and check the manifest as `submit` does, under the firing's run name (and the schedule's webhook)."""
     def load(path: Path) -> RunSpec:
         return load_manifest(path, registry=settings.registry(), name=run_name, notify=notify,
-                             allowed_outputs=settings.allowed_outputs, allowed_webhooks=settings.allowed_webhooks)
+                             allowed_outputs=settings.allowed_outputs, allowed_webhooks=settings.allowed_webhooks,
+                             default_output=settings.output)
 
     if not manifest.startswith("s3://"):
         return load(Path(manifest))
@@ -166,8 +167,7 @@ def _load(settings: Settings, manifest: str, run_name: str, notify: str | None) 
 
 
 def _submit(factory: queries.Factory, settings: Settings, spec: RunSpec) -> queries.Submitted:
-
-    output = absolute_output(spec.output or settings.output)
+    output = spec.output  # canonical: the manifest's own, else REELBATCH_OUTPUT's (load_manifest)
     try:
         return queries.submit_run(factory, spec, output=output)
     except IntegrityError:

@@ -24,10 +24,14 @@ from jobs.manifest.fields import MAX_NAME_CHARS, check_name, check_notify
 from jobs.manifest.values import FieldError
 from jobs.settings import Settings
 from storage import s3
+from storage.base import utf8_len
+from storage.local import NAME_MAX
 
 STAMP = "%Y%m%dT%H%M%SZ"
-# A run name is `{schedule}-{stamp}` and must fit the 128 characters of a run name.
+# A run name is `{schedule}-{stamp}` and must fit the 128 characters of a run name, and a folder name's 255 bytes (a
+# run's videos go in a folder of its name in a local store; the firing checks the whole key against its own output).
 MAX_SCHEDULE_NAME = MAX_NAME_CHARS - len("-") - len("20260101T020000Z")
+MAX_SCHEDULE_BYTES = NAME_MAX - len("-") - len("20260101T020000Z")
 # How long a firing may stay in progress before another caller finishes it. Longer than a slow firing (a 64 MiB
 # manifest from S3, 100,000 videos inserted); correctness does not depend on it, only how often work is duplicated.
 RESUME_AFTER = timedelta(minutes=10)
@@ -126,6 +130,9 @@ def _check_name(name: str) -> str:
     if len(name) > MAX_SCHEDULE_NAME:
         raise UsageError(f"schedule name {name!r} is {len(name)} characters; at most {MAX_SCHEDULE_NAME}, so that "
                          f"NAME-YYYYmmddTHHMMSSZ fits the {MAX_NAME_CHARS} characters of a run name")
+    if utf8_len(name) > MAX_SCHEDULE_BYTES:
+        raise UsageError(f"schedule name {name!r} is {utf8_len(name)} bytes in UTF-8; at most {MAX_SCHEDULE_BYTES}, "
+                         f"so that NAME-YYYYmmddTHHMMSSZ fits the {NAME_MAX} bytes of a folder name")
     return name
 
 

@@ -29,10 +29,11 @@ from .conftest import Cli
 from .procs import wait_for
 
 VIDEOS, MAX_BATCH = 6, 3
-# 200 steps of the tiny model (64x64, 9 frames): a batch of 3 renders for 6 s or more on one core (100 steps took
-# 3 s in tests/e2e/test_faults.py), long enough to be signalled in the middle of it.
-STEPS = 200
-MESSAGE = re.compile(r"^Ctrl-C: finishing the batch in hand \((\d+) videos?, step (\d+) of 200\), about (\d+) s; "
+# 600 steps of the tiny model (64x64, 9 frames): a batch of 3 renders for 6 s or more on a quiet core. At 200 steps
+# (2-3 s there) the batch in hand was sometimes rendered and stored before the Ctrl-C reached `run`, which then had
+# nothing left to stop.
+STEPS = 600
+MESSAGE = re.compile(r"^Ctrl-C: finishing the batch in hand \((\d+) videos?, step (\d+) of 600\), about (\d+) s; "
                      r"Ctrl-C again to stop at once; `reelbatch run (\S+)` resumes$", re.M)
 SECOND = ("Ctrl-C again: stopping the batch in hand at its next step and handing it back; "
           "`reelbatch run {manifest}` resumes")

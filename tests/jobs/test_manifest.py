@@ -57,10 +57,11 @@ def test_sets_override_yaml_defaults_but_not_videos(tmp_path):
     assert a.fps == 4 and a.prompt == "p" and a.negative_prompt == "grainy"
 
 
-def test_keyword_arguments_override_the_yaml_run_fields(tmp_path):
+def test_keyword_arguments_override_the_yaml_run_fields(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     path = write(tmp_path, "name: t\nmodel: nope\noutput: ftp://x\npriority: 99\nvideos: [{id: a, prompt: p}]\n")
     spec = load(path, name="other", model="tiny", output="file://./out", priority=2)
-    assert (spec.name, spec.model, spec.output, spec.priority) == ("other", "tiny", "file://./out/", 2)
+    assert (spec.name, spec.model, spec.output, spec.priority) == ("other", "tiny", f"file://{tmp_path}/out/", 2)
 
 
 @pytest.mark.parametrize("resolution, size", [("480p", (832, 480)), ("720p", (1280, 720)), ("32x48", (32, 48)),

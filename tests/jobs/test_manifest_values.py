@@ -125,7 +125,7 @@ def test_duplicate_key_in_json(tmp_path):
     ("seed: 4.0", "seed", "4.0 (a number)"),
     ("seed: true", "seed", "true (a boolean)"),
     ("seed: [1]", "seed", "a list of 1"),
-    ("steps: yes", "steps", "yes (a boolean)"),
+    ("steps: yes", "steps", "'yes' (a string)"),
     ("steps: {a: 1}", "steps", "{a} (a mapping)"),
     ("steps:", "steps", "got an empty value"),
     ("steps: ~", "steps", "got ~"),
@@ -134,7 +134,7 @@ def test_duplicate_key_in_json(tmp_path):
     ("guidance: false", "guidance", "false (a boolean)"),
     ('duration_s: "2s"', "duration_s", "'2s' (a string)"),
     ("prompt: 123", "prompt", "123 (an integer); quote it"),
-    ("prompt: no", "prompt", "no (a boolean); quote it"),
+    ("prompt: true", "prompt", "true (a boolean); quote it"),
     ("prompt: [a, b]", "prompt", "a list of 2"),
     ("negative_prompt: 1.5", "negative_prompt", "1.5 (a number); quote it"),
     ("resolution: 480", "resolution", "480 (an integer)"),
@@ -147,7 +147,7 @@ def test_wrong_types(tmp_path, line, field, shown):
     expect(one_video(tmp_path, [line]), 5, f"videos[0].{field}", shown)
 
 
-@pytest.mark.parametrize("text", ["id: 001", "id: 7", "id: 1.5", "id: true", "id: 2024-01-01"])
+@pytest.mark.parametrize("text", ["id: 7", "id: 1.5", "id: true", "id: 1e1"])
 def test_id_that_is_not_a_string_says_quote_it(tmp_path, text):
     raw = text.split(": ")[1]
     path = write(tmp_path, f"name: t\nvideos:\n  - {text}\n    prompt: p\n")
@@ -269,24 +269,30 @@ def test_unregistered_model_from_keyword(tmp_path):
 
 
 @pytest.mark.parametrize("uri", ["http://example.com/x/", "/abs/path/", "file://relative/", "s3:///nobucket/",
-                                 "s3://Bad_Bucket/x/", "s3://bucket/a/../b/", "s3://bucket/a//b/", "s3://bucket/a?x"])
+                                 "s3://Bad_Bucket/x/", "s3://bucket/a/../b/", "s3://bucket/a//b/", "s3://bucket/a?x",
+                                 "file:///srv/a/../b/", "file:///srv/./b/", "file:///srv//b/", "file://./a/../b/",
+                                 "file:///srv/a%2Fb/", "s3://bucket/a%20b/", "file:///srv/a\\b/"])
 def test_bad_output_uri(tmp_path, uri):
     path = write(tmp_path, f"name: t\noutput: '{uri}'\nvideos: [{{id: a, prompt: p}}]\n")
     expect(path, 2, "output", repr(uri)[:-1])
 
 
-@pytest.mark.parametrize("uri", ["file:///srv/out/", "file:///srv/out", "file://./out/", "file://../up/",
-                                 "s3://bucket", "s3://bucket/a/b/", "s3://b.c-d/x"])
-def test_good_output_uri(tmp_path, uri):
+@pytest.mark.parametrize("uri, canonical", [
+    ("file:///srv/out/", "file:///srv/out/"), ("file:///srv/out", "file:///srv/out/"), ("file:///", "file:///"),
+    ("file://./out/", "file://{cwd}/out/"), ("file://../up/", "file://{parent}/up/"), ("file://.", "file://{cwd}/"),
+    ("file:///srv/with space/#1?/", "file:///srv/with space/#1?/"),
+    ("s3://bucket", "s3://bucket/"), ("s3://bucket/a/b/", "s3://bucket/a/b/"), ("s3://b.c-d/x", "s3://b.c-d/x/"),
+])
+def test_good_output_uri_is_held_in_its_canonical_form(tmp_path, monkeypatch, uri, canonical):
+    monkeypatch.chdir(tmp_path)
     path = write(tmp_path, f"name: t\noutput: '{uri}'\nvideos: [{{id: a, prompt: p}}]\n")
-    assert load(path).output == uri.rstrip("/") + "/"
+    assert load(path).output == canonical.format(cwd=tmp_path, parent=tmp_path.parent)
 
 
 @pytest.mark.parametrize("uri, ok", [
     ("s3://bucket/a/", True), ("s3://bucket/a/x/", True), ("s3://bucket/a", True),
     ("s3://bucket/ab/", False), ("s3://bucket/", False), ("s3://bucket2/a/", False),
-    ("file:///srv/out/run/", True), ("file:///srv/out/./x/", True), ("file:///srv/outer/", False),
-    ("file:///srv/out/../etc/", False), ("file:///srv/out/%2e%2e/etc/", False), ("file://./x/", False),
+    ("file:///srv/out/run/", True), ("file:///srv/outer/", False), ("file:///srv/", False), ("file://./x/", False),
 ])
 def test_allowed_outputs(tmp_path, uri, ok):
     path = write(tmp_path, f"name: t\noutput: '{uri}'\nvideos: [{{id: a, prompt: p}}]\n")

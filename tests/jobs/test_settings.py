@@ -20,7 +20,16 @@ from tests.conftest import REPO
     ("REELBATCH_MAX_ATTEMPTS", "2.0", "must be a whole number of at least 1, got '2.0'"),
     ("REELBATCH_DEVICE", "gpu", "must be auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
     ("REELBATCH_LEASE_S", "-5", "must be a positive finite number, got '-5'"),
-    ("REELBATCH_LEASE_S", "inf", "expected a finite number, got 'inf'"),
+    ("REELBATCH_LEASE_S", "1e400", "expected a finite number, got '1e400'"),
+    ("REELBATCH_LEASE_S", "inf", "expected a number (ASCII digits, e.g. 2.5), got 'inf'"),
+    ("REELBATCH_LEASE_S", "１２", "expected a number (ASCII digits, e.g. 2.5), got '１２'"),
+    ("REELBATCH_MAX_BATCH", "٨", "must be a whole number of at least 1, got '٨'"),
+    ("REELBATCH_OUTPUT", "file:///srv/a%20b/", "contains '%': an output is not percent-decoded, so write each "
+                                               "character itself (a space as a space), got 'file:///srv/a%20b/'"
+                                               ", got 'file:///srv/a%20b/'"),
+    ("REELBATCH_ALLOWED_OUTPUTS", "s3://bkt/x/,file:///srv/../etc/", "must be plain folder names after the start "
+                                  "(no empty, '.' or '..' part), got 'file:///srv/../etc/', got 's3://bkt/x/,file:///"
+                                  "srv/../etc/'"),
     ("REELBATCH_EGRESS_GB_USD", "-0.01", "must be zero or a positive finite number, got '-0.01'"),
     ("REELBATCH_STEP_SCALE", "0", "must be in (0, 1], got '0'"),
     ("REELBATCH_STEP_CACHE", "1.5", "must be in [0, 1], got '1.5'"),
@@ -46,10 +55,10 @@ def test_a_bad_value_names_the_variable_and_the_value(name, raw, message):
 def test_values_are_read_as_their_types_and_unset_ones_take_the_defaults(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     settings = Settings.from_env({"REELBATCH_MAX_BATCH": "8", "REELBATCH_OVERLAP": "off", "REELBATCH_DEVICE": "cuda:1",
-                                  "REELBATCH_ALLOWED_OUTPUTS": " s3://a/x/, file:///srv/ ,",
+                                  "REELBATCH_ALLOWED_OUTPUTS": " s3://bkt/x/, file:///srv/ ,",
                                   "REELBATCH_METRICS_PORT": "9400", "REELBATCH_EGRESS_GB_USD": "0"})
     assert (settings.max_batch, settings.overlap, settings.device) == (8, False, "cuda:1")
-    assert settings.allowed_outputs == ("s3://a/x/", "file:///srv/")
+    assert settings.allowed_outputs == ("s3://bkt/x/", "file:///srv/")
     assert (settings.metrics_port, settings.egress_gb_usd) == (9400, 0.0)
     assert settings.database_url == f"sqlite:///{tmp_path / 'reelbatch.db'}"
     assert (settings.lease_s, settings.max_attempts, settings.gpu_hour_usd, settings.queue) == (120.0, 3, 5.41, "render")

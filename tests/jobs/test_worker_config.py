@@ -88,7 +88,7 @@ def test_lossy_accelerators_come_from_the_environment_off_by_default():
     ("REELBATCH_STEP_SCALE", "0", r"must be in \(0, 1\], got '0'"),
     ("REELBATCH_GUIDANCE_FRACTION", "1.5", r"must be in \(0, 1\], got '1.5'"),
     ("REELBATCH_STEP_CACHE", "-1", r"must be in \[0, 1\], got '-1'"),
-    ("REELBATCH_STEP_CACHE", "lots", "expected a number, got 'lots'"),
+    ("REELBATCH_STEP_CACHE", "lots", r"expected a number \(ASCII digits, e.g. 2.5\), got 'lots'"),
 ])
 def test_a_bad_lossy_value_names_the_variable(name, raw, message):
     with pytest.raises(UsageError, match=f"{name}: {message}"):

@@ -1,5 +1,6 @@
 """The store contract, run against a real folder and a real S3-protocol server (moto, over HTTP on loopback)."""
 
+import errno
 import hashlib
 import os
 import threading
@@ -14,10 +15,12 @@ from storage.local import LocalStore
 from storage.s3 import S3Store
 from storage.stores import (
     IntegrityError,
+    KeyTooLong,
     ObjectConflict,
     ObjectNotFound,
     StoreError,
     StoreUnavailable,
+    key_too_long,
     open_store,
     sha256_hex,
 )
@@ -39,7 +42,7 @@ def other_video() -> bytes:
 
 @pytest.fixture
 def local_store(tmp_path) -> LocalStore:
-    return open_store((tmp_path / "out").as_uri() + "/")
+    return open_store(f"file://{tmp_path / 'out'}/")
 
 
 @pytest.fixture
@@ -154,6 +157,64 @@ def test_replace_writes_whatever_is_there(store):
     assert store.get("run/results.jsonl") == b'{"id": "a"}\n{"id": "b"}\n'
 
 
+@pytest.mark.parametrize("name", ["vidéo 東京 #1?.mp4", "a%2Fb.mp4"])
+def test_an_objects_uri_is_the_stores_uri_and_its_key_as_written(store, name):
+    data = b"x"
+    stored = store.put(f"run/{name}", data, sha256=sha256_hex(data), metadata={})
+    root = _root(store)
+    assert stored.uri == store.uri_for(f"run/{name}") == f"{root}run/{name}"
+    assert open_store(root).get(f"run/{name}") == data
+
+
+def _root(store) -> str:
+    return f"file://{store.root}/" if isinstance(store, LocalStore) else f"s3://{store.bucket}/{store.prefix}"
+
+
+def _longest(store, extra: int) -> str:
+    """A key whose longest name (or, in S3, whole key) is `extra` bytes over the store's limit."""
+    if isinstance(store, LocalStore):
+        # `.{name}.{16 hex}.tmp` must fit 255 bytes, so the name 233: 'é' (2 bytes) x 114 + 'x' + '.mp4'.
+        return "run/" + "é" * 114 + "x" * (1 + extra) + ".mp4"
+    # 1,024 bytes with the store's prefix 'runs/' (5 bytes): 1,019 bytes of key, here 'run/' + 1,011 + '.mp4'.
+    return "run/" + "é" * 505 + "x" * (1 + extra) + ".mp4"
+
+
+def test_a_key_at_the_stores_byte_limit_is_stored(store):
+    key = _longest(store, 0)
+    data = b"x"
+    assert store.too_long(key) is None and key_too_long(_root(store), key) is None
+    assert store.put(key, data, sha256=sha256_hex(data), metadata={}).existed is False
+    assert store.get(key) == data
+    store.replace(key, b"y", content_type="video/mp4")
+    assert store.get(key) == b"y"
+
+
+def test_a_key_one_byte_over_the_limit_is_refused_before_anything_is_written(store, tmp_path):
+    key = _longest(store, 1)
+    over = store.too_long(key)
+    assert over is not None and (over.bytes, over.limit) == ((256, 255) if isinstance(store, LocalStore)
+                                                             else (1025, 1024))
+    assert key_too_long(_root(store), key) == over
+    puts = count_calls(store, "PutObject") if isinstance(store, S3Store) else []
+    for write in (lambda: store.put(key, b"x", sha256=sha256_hex(b"x"), metadata={}),
+                  lambda: store.replace(key, b"x", content_type="video/mp4")):
+        with pytest.raises(KeyTooLong) as caught:
+            write()
+        assert caught.value.retryable is False
+        assert f"{over.bytes:,} bytes, over the {over.limit:,}-byte limit" in str(caught.value)
+    assert puts == []
+    if isinstance(store, LocalStore):
+        assert not (store.root / "run").exists()
+
+
+def test_the_local_limit_is_the_file_systems(tmp_path):
+    # NAME_MAX is the file system's own limit, not a guess: 255 bytes open, 256 do not.
+    (tmp_path / ("é" * 127 + "x")).write_bytes(b"")
+    with pytest.raises(OSError) as caught:
+        (tmp_path / ("é" * 128)).write_bytes(b"")
+    assert caught.value.errno == errno.ENAMETOOLONG
+
+
 def test_missing_object(store):
     with pytest.raises(ObjectNotFound):
         store.get("myrun/nothing.mp4")
@@ -173,7 +234,7 @@ def test_local_store_writes_only_the_mp4_inside_its_root(tmp_path, video):
     store = LocalStore(root)
     stored = store.put(KEY, video, sha256=sha256_hex(video), metadata=META)
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == ["myrun", KEY]
-    assert stored.uri == (root / KEY).as_uri()
+    assert stored.uri == f"file://{root}/{KEY}"
     assert (root / KEY).read_bytes() == video
     with pytest.raises(ValueError):
         store.put("../escape.mp4", video, sha256=sha256_hex(video), metadata=META)
@@ -200,7 +261,8 @@ def test_open_store_reads_local_uris(tmp_path, monkeypatch):
     assert open_store(f"file://{tmp_path}/a/").root == tmp_path / "a"
     assert open_store("file://./rel/out/").root == tmp_path / "rel" / "out"
     assert open_store("plain/dir").root == tmp_path / "plain" / "dir"
-    assert open_store("file:///tmp/with%20space/").root == Path("/tmp/with space")
+    # Taken as written, never percent-decoded: the folder a caller checked is the folder written to.
+    assert open_store("file:///tmp/with space/a%2Fb/").root == Path("/tmp/with space/a%2Fb")
     # The root is fixed when the store opens, not re-read from the working directory later.
     store = open_store("file://./rel/")
     monkeypatch.chdir("/")
