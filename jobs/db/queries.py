@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
-from jobs.db.rows import CostRecord, Run, Video, WorkUnit, utcnow
+from jobs.db.rows import CostRecord, Run, Video, WorkerSession, WorkUnit, utcnow
 from jobs.db.status import Status, move
 from jobs.errors import RunNameTaken, RunNotFound
 from jobs.manifest import RunSpec, derive_seed
@@ -39,6 +39,7 @@ class Submitted:
     videos: int
     created: bool
     pending_units: int
+    model: str
 
 
 def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = False) -> Submitted:
@@ -58,7 +59,7 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
                     f"(from {existing.source}); rename the run or pass --new-run"
                 )
             return Submitted(existing.id, existing.name, _count(s, Video, existing.id), False,
-                             _pending_units(s, existing.id))
+                             _pending_units(s, existing.id), existing.model)
         if existing is not None:
             name = _free_name(s, spec.name)
         now = utcnow()
@@ -77,10 +78,10 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
         # A long video's chunks are units of the window's shape, so they batch with short videos of that shape;
         # only chunk 0 is ready, each later one when the one before it has finished.
         s.add_all(WorkUnit(video_id=video.id, chunk=k, frames=v.window, ready=k == 0, priority=spec.priority,
-                           rank=rank, status=Status.PENDING,
+                           rank=rank, status=Status.PENDING, model=spec.model,
                            shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance).key())
                   for video, v in zip(videos, spec.videos) for k in range(v.chunks))
-        return Submitted(run.id, name, len(spec.videos), True, len(spec.videos))
+        return Submitted(run.id, name, len(spec.videos), True, len(spec.videos), spec.model)
 
 
 def _count(s: Session, model, run_id: int) -> int:
@@ -140,6 +141,21 @@ def run_counts(factory: Factory, run: str | None = None) -> list[RunCounts]:
     for run_id, status, n in rows:
         by_run[run_id][Status(status).value] = n
     return [RunCounts(r.id, r.name, r.model, r.created_at, by_run[r.id]) for r in runs]
+
+
+def unserved_pending(factory: Factory, stale_after_s: float) -> dict[str, int]:
+    """Pending videos by model, for each model that no live worker serves: none of the worker sessions that are open
+    and heartbeated within `stale_after_s` lists it (a session that lists none is taken to serve every model). That
+    work waits; it is never claimed by a worker that cannot render it."""
+    with factory() as s:
+        live = list(s.scalars(select(WorkerSession.models).where(
+            WorkerSession.ended_at.is_(None), WorkerSession.last_seen_at >= utcnow() - timedelta(seconds=stale_after_s))))
+        if any(models is None for models in live):
+            return {}
+        served = {m for models in live for m in models.split(",") if m}
+        pending = s.execute(select(Run.model, func.count()).join(Video, Video.run_id == Run.id)
+                            .where(Video.status == Status.PENDING).group_by(Run.model)).all()
+    return {model: n for model, n in sorted(pending) if model not in served}
 
 
 def _run_id(s: Session, run: str) -> int:

@@ -6,6 +6,8 @@ import math
 import re
 from pathlib import Path
 
+from engine.models import MODEL_NAME
+
 
 class BadValue(ValueError):
     """The text cannot be read as the variable's type; the message says what it must be."""
@@ -90,3 +92,9 @@ def path(raw: str) -> Path:
     return Path(raw).expanduser()
 
 
+def model_names(raw: str) -> tuple[str, ...]:
+    """Comma-separated model names, at least one."""
+    names = tuple(p.strip() for p in raw.split(",") if p.strip())
+    if not names or not all(re.fullmatch(MODEL_NAME, n) for n in names):
+        raise BadValue("expected comma-separated model names (letters, digits, '.', '_' and '-')")
+    return names

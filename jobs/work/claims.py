@@ -1,13 +1,17 @@
 """Taking work: a worker claims a same-shape batch of claimable units, each a lease (jobs.work.leases).
 
 Claimable (jobs.db.queries.claimable_units): pending, its turn (a long video's next chunk waits for the one before),
-past its retry backoff. The best claimable unit (highest rank: jobs.db.queries.unit_rank) decides the batch's shape,
-and as many units of that shape as the worker's max batch join it.
+past its retry backoff, and of a model the worker serves (`Serving`): work for a model no live worker serves waits.
+Among those, the best unit decides the batch's shape: the highest rank (jobs.db.queries.unit_rank), where a unit of
+a model the worker has loaded counts `affinity_s` seconds of waiting more, and one of its last batch's shape as much
+again. As many units of that shape as the worker's max batch for the model (its own, or the registration's if
+smaller) join it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -16,6 +20,39 @@ from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.db.queries import Factory, claimable_units, waiting_units
 from jobs.db.rows import Run, Video, WorkUnit, utcnow
 from jobs.db.status import Status, move
+
+# Claim order, best first: the order of the claim indexes (jobs.db.rows), so each probe reads one index entry.
+ORDER = (WorkUnit.rank.desc(), WorkUnit.id)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What a worker claims: units of `models` only, at most `max_batch[model]` at a time where a registration sets
+    a smaller batch, and, preferred by `affinity_s` seconds of rank, work for what it has warm: the `loaded` models
+    (their pipelines are in memory) and the `shape` of its last batch (its compiled graphs, its learnt batch size)."""
+
+    models: tuple[str, ...]
+    max_batch: Mapping[str, int] = field(default_factory=dict)
+    loaded: tuple[str, ...] = ()
+    shape: Shape | None = None
+    affinity_s: float = 0.0
+
+    def probes(self) -> list[tuple[tuple, float]]:
+        """(where-clauses, rank bonus) per probe: the last shape, each loaded model, each other served model. One
+        probe per model rather than `model IN (...)`: each is the first entry of its index range, where an IN list
+        would have PostgreSQL (before 17) sort every claimable unit of those models."""
+        loaded = [m for m in self.loaded if m in self.models]
+        probes: list[tuple[tuple, float]] = []
+        if self.affinity_s and self.shape is not None and self.shape.model in loaded:
+            probes.append(((WorkUnit.shape_key == self.shape.key(),), 2 * self.affinity_s))
+        probes += [((WorkUnit.model == m,), self.affinity_s) for m in loaded]
+        probes += [((WorkUnit.model == m,), 0.0) for m in self.models if m not in loaded]
+        return probes
+
+
+def served_by(models: tuple[str, ...] | None) -> tuple:
+    """The where-clause for units of `models` (None: every model)."""
+    return () if models is None else (WorkUnit.model.in_(models),)
 
 
 @dataclass(frozen=True)
@@ -53,26 +90,28 @@ class Claim:
     units: tuple[ClaimedUnit, ...]
 
 
-def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float) -> Claim | None:
-    """Atomically take up to `max_batch` claimable units of one shape: the shape of the best claimable unit.
+def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float, serving: Serving | None = None,
+                where: tuple = ()) -> Claim | None:
+    """Atomically take up to `max_batch` claimable units of one shape: the shape of the best claimable unit that
+    `serving` allows (None: any model, no preference). `where`: more clauses a unit must meet to be claimable.
 
-    A unit marked solo (its batch failed before) is claimed alone. On PostgreSQL both selects use FOR UPDATE SKIP
-    LOCKED, so concurrent workers take disjoint units without waiting; on SQLite the transaction is BEGIN IMMEDIATE
-    (jobs.db.connect).
+    A unit marked solo (its batch failed before) is claimed alone. On PostgreSQL every select uses FOR UPDATE SKIP
+    LOCKED, so concurrent workers take disjoint units without waiting (a probe's best unit that loses to another
+    probe's stays locked until this transaction ends, milliseconds, and other workers pass over it meanwhile); on
+    SQLite the transaction is BEGIN IMMEDIATE (jobs.db.connect).
     """
     now = utcnow()
-    claimable = claimable_units(now)
-    order = (WorkUnit.rank.desc(), WorkUnit.id)
+    claimable = (*claimable_units(now), *where)
     with factory.begin() as s:
-        first = s.scalar(select(WorkUnit).where(*claimable).order_by(*order).limit(1)
-                         .with_for_update(skip_locked=True))
+        first = _best(s, claimable, serving)
         if first is None:
             return None
+        limit = min(max_batch, serving.max_batch.get(first.model, max_batch)) if serving is not None else max_batch
         units = [first]
-        if not first.solo and max_batch > 1:
+        if not first.solo and limit > 1:
             units += s.scalars(select(WorkUnit).where(*claimable, WorkUnit.shape_key == first.shape_key,
                                                       WorkUnit.solo.is_(False), WorkUnit.id != first.id)
-                               .order_by(*order).limit(max_batch - 1).with_for_update(skip_locked=True))
+                               .order_by(*ORDER).limit(limit - 1).with_for_update(skip_locked=True))
         videos = {v.id: v for v in s.scalars(select(Video).where(Video.id.in_([u.video_id for u in units])))}
         runs = {r.id: r for r in s.scalars(select(Run).where(Run.id.in_({v.run_id for v in videos.values()})))}
         claimed = []
@@ -97,24 +136,50 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float)
         )
 
 
-def claimable_count(factory: Factory) -> int:
-    """How many units a worker could claim now."""
+def _best(s, claimable: tuple, serving: Serving | None) -> WorkUnit | None:
+    """The best claimable unit, locked: the highest rank plus its probe's bonus; on a tie, the earlier probe."""
+    best, best_score = None, 0.0
+    for clauses, bonus in serving.probes() if serving is not None else [((), 0.0)]:
+        unit = s.scalar(select(WorkUnit).where(*claimable, *clauses).order_by(*ORDER).limit(1)
+                        .with_for_update(skip_locked=True))
+        if unit is not None and (best is None or unit.rank + bonus > best_score):
+            best, best_score = unit, unit.rank + bonus
+    return best
+
+
+def claimable_count(factory: Factory, models: tuple[str, ...] | None = None) -> int:
+    """How many units a worker serving `models` (None: every model) could claim now."""
     with factory() as s:
-        return s.scalar(select(func.count()).select_from(WorkUnit).where(*claimable_units(utcnow())))
+        return s.scalar(select(func.count()).select_from(WorkUnit)
+                        .where(*claimable_units(utcnow()), *served_by(models)))
 
 
-def any_claimable(factory: Factory) -> bool:
-    """Is any unit waiting that a worker could claim now?"""
+def any_claimable(factory: Factory, models: tuple[str, ...] | None = None) -> bool:
+    """Is any unit waiting that a worker serving `models` (None: every model) could claim now?"""
+    if models is not None:
+        return next_model(factory, models) is not None
     with factory() as s:
         return s.scalar(select(WorkUnit.id).where(*claimable_units(utcnow())).limit(1)) is not None
 
 
-def waiting_shapes(factory: Factory, limit: int = 4) -> list[tuple[Shape, int]]:
-    """The shapes of waiting work (backoff or not), with how many units wait in each, the most first."""
+def next_model(factory: Factory, models: tuple[str, ...], prefer: str | None = None) -> str | None:
+    """The first of `prefer`, then `models`, with a unit claimable now (one index probe each); None if none has."""
+    order = ([prefer] if prefer in models else []) + [m for m in models if m != prefer]
+    now = utcnow()
+    with factory() as s:
+        for model in order:
+            if s.scalar(select(WorkUnit.id).where(*claimable_units(now), WorkUnit.model == model).limit(1)):
+                return model
+    return None
+
+
+def waiting_shapes(factory: Factory, limit: int = 4, models: tuple[str, ...] | None = None) -> list[tuple[Shape, int]]:
+    """The shapes of waiting work (backoff or not) of `models` (None: every model), with how many units wait in
+    each, the most first."""
     count = func.count(WorkUnit.id)
     columns = (Run.model, Video.width, Video.height, WorkUnit.frames, Video.steps, Video.guidance)
     with factory() as s:
         rows = s.execute(select(*columns, count).join(Video, WorkUnit.video_id == Video.id)
-                         .join(Run, Video.run_id == Run.id).where(*waiting_units())
+                         .join(Run, Video.run_id == Run.id).where(*waiting_units(), *served_by(models))
                          .group_by(*columns).order_by(count.desc()).limit(limit)).all()
     return [(Shape(*row[:6]), row[6]) for row in rows]

@@ -9,6 +9,7 @@ Lease times come from the workers' clocks: keep them NTP-synchronised (leases ar
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -41,13 +42,14 @@ def renew(factory: Factory, units: tuple[ClaimedUnit, ...], lease_s: float) -> s
     return held
 
 
-def reap_expired(factory: Factory, *, max_attempts: int) -> int:
-    """Return units whose lease expired (a killed, frozen or partitioned worker) to pending; returns how many.
+def reap_expired(factory: Factory, *, max_attempts: int) -> Counter[str]:
+    """Return units whose lease expired (a killed, frozen or partitioned worker) to pending; returns how many, by
+    model (each needs a ticket on its model's queue).
 
     The claim that expired counted as an attempt: a unit that has used `max_attempts` is failed instead, so a video
     that kills its worker every time cannot loop forever.
     """
-    requeued = 0
+    requeued: Counter[str] = Counter()
     with factory.begin() as s:
         expired = list(s.scalars(select(WorkUnit).where(WorkUnit.status == Status.RUNNING,
                                                         WorkUnit.lease_expires_at < utcnow())
@@ -55,7 +57,8 @@ def reap_expired(factory: Factory, *, max_attempts: int) -> int:
         for unit in expired:
             video = s.get(Video, unit.video_id)
             error = f"lease expired: worker {unit.lease_owner} stopped renewing it (attempt {unit.attempts})"
-            requeued += retry_or_fail(s, unit, video, error, max_attempts=max_attempts, not_before=None)
+            if retry_or_fail(s, unit, video, error, max_attempts=max_attempts, not_before=None):
+                requeued[unit.model] += 1
     return requeued
 
 

@@ -44,9 +44,9 @@ def wait_for(what: str, check: Callable[[], object], timeout: float, interval: f
 class Worker:
     """One `reelbatch worker` process (and, with prefork, its children) in a process group of its own."""
 
-    def __init__(self, name: str, env: dict, cwd: Path, log: Path, pool: str = "solo"):
+    def __init__(self, name: str, env: dict, cwd: Path, log: Path, pool: str = "solo", args: tuple[str, ...] = ()):
         self.name, self.log, self.pool = name, log, pool
-        cmd = [sys.executable, "-m", "jobs", "worker", "--pool", pool, "--concurrency", "1"]
+        cmd = [sys.executable, "-m", "jobs", "worker", "--pool", pool, "--concurrency", "1", *args]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
@@ -101,9 +101,10 @@ class Workers:
         self.env, self.cwd = env, cwd
         self.all: list[Worker] = []
 
-    def start(self, pool: str = "solo") -> Worker:
+    def start(self, pool: str = "solo", args: tuple[str, ...] = (), env: dict | None = None) -> Worker:
+        """A worker with `args` for `reelbatch worker` and `env` over the shared environment."""
         name = f"w{len(self.all)}"
-        worker = Worker(name, self.env, self.cwd, self.cwd / f"worker-{name}.log", pool)
+        worker = Worker(name, {**self.env, **(env or {})}, self.cwd, self.cwd / f"worker-{name}.log", pool, args)
         self.all.append(worker)
         return worker
 
