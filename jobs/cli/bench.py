@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from jobs.bench.presets import CANDIDATES, PRESETS
+from jobs.cli.bench_fleet import bench_fleet, bench_scale
 from jobs.cli.console import err, fail, out
 from jobs.errors import ReelbatchError, UsageError
 from jobs.reports.summary import STAGES
@@ -48,6 +49,22 @@ def bench(
     long: Annotated[bool, typer.Option(
         "--long", help="One prompt at 1x and 4x the preset's clip length as the window: chunked (time and peak "
                        "memory ratios, seam score) and full length.")] = False,
+    fleet: Annotated[bool, typer.Option(
+        "--fleet", help="The control plane (REELBATCH_DATABASE_URL's PostgreSQL, REELBATCH_BROKER_URL's Redis) under "
+                        "simulated workers at each of --levels: cycles/s, claim P50/P99, database time per video, "
+                        "the GPUs it supports.")] = False,
+    levels: Annotated[str, typer.Option("--levels", help="With --fleet: simulated worker counts.")] = "10,20,40,80",
+    factor: Annotated[float, typer.Option("--factor", min=0.001, max=1.0, help="With --fleet: time compression; "
+                                          "one simulated worker stands for 1/FACTOR GPUs.")] = 0.02,
+    batch_s: Annotated[float, typer.Option("--batch-s", min=1.0, max=3600.0, help="With --fleet: a batch's "
+                                           "seconds on a GPU (a shape's measured time).")] = 60.0,
+    scale: Annotated[bool, typer.Option(
+        "--scale", help="submit, status and report of a large run, and the claim's latency with many finished "
+                        "videos in the tables, against REELBATCH_DATABASE_URL's PostgreSQL.")] = False,
+    scale_videos: Annotated[int, typer.Option("--scale-videos", min=100, max=10_000_000,
+                                              help="With --scale: the submitted run's videos.")] = 100_000,
+    finished: Annotated[int, typer.Option("--finished", min=0, max=100_000_000,
+                                          help="With --scale: finished videos added to the tables.")] = 1_000_000,
 ) -> None:
     """Render the same videos with the script a user would write from the diffusers docs and with reelbatch's
     worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
@@ -56,6 +73,12 @@ def bench(
     which settings pass their gate (adherence within 2 points, mean PSNR >= 25 dB); workers use only those."""
     if quality:
         _bench_quality(model, setting or list(CANDIDATES), count, batch, json_)
+        return
+    if fleet:
+        bench_fleet(_counts("--levels", levels, 2000), factor, batch_s, json_)
+        return
+    if scale:
+        bench_scale(scale_videos, finished, json_)
         return
     if preset not in PRESETS:
         err.print(f"--preset: {preset!r} is not a preset (choose from {', '.join(PRESETS)})")

@@ -16,6 +16,7 @@ from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkUnit
 from jobs.db.status import Status
 from jobs.manifest import derive_seed, load_manifest
+from jobs.render import record
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
 from jobs.work import claims, leases
@@ -188,7 +189,7 @@ def test_a_last_chunk_whose_upload_outlived_its_worker_is_adopted_and_its_checkp
     def dies(*args, **kwargs):
         raise ConnectionError("the worker died before recording")
 
-    monkeypatch.setattr(leases, "record_success", dies)
+    monkeypatch.setattr(record, "record_success", dies)
     with pytest.raises(ConnectionError):
         render_next_batch(settings, engine, factory)
     monkeypatch.undo()
