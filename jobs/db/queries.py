@@ -8,7 +8,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, insert, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
@@ -67,20 +67,23 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
                   content_sha256=content)
         s.add(run)
         s.flush()
-        videos = [Video(run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
-                        seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width,
-                        height=v.height, frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps,
-                        guidance=v.guidance, status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap)
-                  for v in spec.videos]
-        s.add_all(videos)
-        s.flush()  # one round of inserts for the ids the units point at
+        # Bulk inserts of plain rows, not ORM objects: a 100,000-video run's objects took the client longer than the
+        # server's idle-in-transaction timeout (jobs.db.connect) to build on a loaded machine, and the server ended
+        # the transaction (docs/SCALE.md). Each statement carries about a thousand rows; RETURNING in row order gives
+        # the ids the units point at.
+        ids = s.scalars(insert(Video).returning(Video.id, sort_by_parameter_order=True), [dict(
+            run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
+            seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width, height=v.height,
+            frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps, guidance=v.guidance,
+            status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap) for v in spec.videos]).all()
         rank = unit_rank(spec.priority, now)
         # A long video's chunks are units of the window's shape, so they batch with short videos of that shape;
         # only chunk 0 is ready, each later one when the one before it has finished.
-        s.add_all(WorkUnit(video_id=video.id, chunk=k, frames=v.window, ready=k == 0, priority=spec.priority,
-                           rank=rank, status=Status.PENDING, model=spec.model,
-                           shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance).key())
-                  for video, v in zip(videos, spec.videos) for k in range(v.chunks))
+        s.execute(insert(WorkUnit), [dict(
+            video_id=video_id, chunk=k, frames=v.window, ready=k == 0, priority=spec.priority, rank=rank,
+            status=Status.PENDING, model=spec.model,
+            shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance).key())
+            for video_id, v in zip(ids, spec.videos) for k in range(v.chunks)])
         return Submitted(run.id, name, len(spec.videos), True, len(spec.videos), spec.model)
 
 
@@ -168,6 +171,15 @@ def _run_id(s: Session, run: str) -> int:
     return found
 
 
+def run_finished(factory: Factory, run: str) -> bool:
+    """No video of the run is pending or running: a probe of the (run, status) index, whatever the run's size (each
+    worker asks after each batch it records)."""
+    with factory() as s:
+        run_id = _run_id(s, run)
+        return s.scalar(select(Video.id).where(Video.run_id == run_id,
+                                               Video.status.in_([Status.PENDING, Status.RUNNING])).limit(1)) is None
+
+
 def pending_unit_count(factory: Factory, run: str) -> int:
     with factory() as s:
         return _pending_units(s, _run_id(s, run))
@@ -178,7 +190,9 @@ def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Video, int]
     with factory() as s:
         run_id = _run_id(s, run)
         row = s.get(Run, run_id)
+        # This run's records only: the sum over every record in the table grew with the database's history.
         cost = (select(CostRecord.video_id, func.sum(CostRecord.amount_micro_usd).label("micro"))
+                .join(Video, Video.id == CostRecord.video_id).where(Video.run_id == run_id)
                 .group_by(CostRecord.video_id).subquery())
         videos = s.execute(select(Video, func.coalesce(cost.c.micro, 0)).outerjoin(cost, cost.c.video_id == Video.id)
                            .where(Video.run_id == run_id).order_by(Video.id)).all()
