@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from jobs.bench.fleet_sim import MODELS, SimPlan, run_process, sim_registry
@@ -70,6 +71,10 @@ class FleetLevel:
     wasted_attempts: int
     worker_cpu_s: float  # the simulated workers' processes
     redis_cpu_s: float
+    # The statements sent most, per video, as the client timed them: what the database spends its time on.
+    statements: list[dict]
+    # PostgreSQL's own time per statement (pg_stat_statements, where the server loads it), the most first.
+    server_statements: list[dict] | None
 
     @property
     def keeps_up(self) -> float:
@@ -137,11 +142,12 @@ def _level(settings: Settings, workers: int, factor: float, batch_s: float, batc
             submitted = queries.submit_run(factory, spec, output=level.output)
             send_tickets(app, submitted.pending_units, model)
         before, redis_before = _pg_stats(url), _redis_cpu(settings.broker_url)
+        tracked = _track_statements(url)
         results = _simulate(level, workers, factor, batch_s, processes, factory, per_model * len(MODELS))
         time.sleep(1.0)  # PostgreSQL flushes a backend's statistics at most once a second
         after, redis_after = _pg_stats(url), _redis_cpu(settings.broker_url)
         level_row = _from_rows(factory, workers, factor, batch_s, results, before, after,
-                               redis_after - redis_before)
+                               redis_after - redis_before, _server_statements(url) if tracked else None)
         factory.kw["bind"].dispose()  # its database is about to be dropped
         session_factory.cache_clear()
         drop_queues(settings.broker_url, queue)
@@ -191,6 +197,41 @@ def _pg_stats(url: str) -> tuple[float, int]:
     return float(row[0] or 0.0), int(row[1] or 0)
 
 
+def _track_statements(url: str) -> bool:
+    """pg_stat_statements in the level's database, if the server preloads it (a superuser can create it)."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+            conn.execute(text("SELECT count(*) FROM pg_stat_statements"))
+        return True
+    except SQLAlchemyError:
+        return False
+    finally:
+        engine.dispose()
+
+
+def _server_statements(url: str, top: int = 8) -> list[dict]:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT calls, total_exec_time, query FROM pg_stat_statements WHERE dbid = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "ORDER BY total_exec_time DESC LIMIT :top"), {"top": top}).all()
+    finally:
+        engine.dispose()
+    return [{"calls": calls, "total_ms": ms, "mean_ms": ms / calls if calls else 0.0, "query": _shown(query)}
+            for calls, ms, query in rows]
+
+
+def _shown(query: str) -> str:
+    """A statement short enough to read: its verb and table, and what follows FROM (or WHERE)."""
+    words = " ".join(query.split())
+    cut = max(words.find(" FROM "), 0) if words.startswith("SELECT") else max(words.find(" WHERE "), 0)
+    return words[:40] + (" ..." + words[cut:cut + 200] if cut > 40 else words[40:240])
+
+
 def _redis_cpu(url: str) -> float:
     import redis  # here, not at the top: only the bench reads Redis's own counters
 
@@ -203,7 +244,7 @@ def _redis_cpu(url: str) -> float:
 
 
 def _from_rows(factory, workers: int, factor: float, batch_s: float, results: list[dict], before, after,
-               redis_cpu_s: float) -> FleetLevel:
+               redis_cpu_s: float, server_statements: list[dict] | None) -> FleetLevel:
     with factory() as s:
         rows = s.execute(select(Video.status, Video.started_at, Video.finished_at, Video.attempts)).all()
         charged = dict(s.execute(select(CostRecord.video_id, func.count()).where(CostRecord.kind == "gpu")
@@ -225,4 +266,17 @@ def _from_rows(factory, workers: int, factor: float, batch_s: float, results: li
         duplicates=sum(1 for n in charged.values() if n > 1), lost=len(rows) - len(done),
         wasted_attempts=sum(max(0, r.attempts - 1) for r in rows),
         worker_cpu_s=sum(r["cpu_s"] for r in results), redis_cpu_s=redis_cpu_s,
+        statements=_top_kinds(results, videos), server_statements=server_statements,
     )
+
+
+def _top_kinds(results: list[dict], videos: int, top: int = 8) -> list[dict]:
+    kinds: dict[str, list] = {}
+    for r in results:
+        for kind, (count, seconds) in r["kinds"].items():
+            entry = kinds.setdefault(kind, [0, 0.0])
+            entry[0] += count
+            entry[1] += seconds
+    ranked = sorted(kinds.items(), key=lambda item: -item[1][0])[:top]
+    return [{"statement": _shown(kind), "per_video": count / videos, "client_ms": seconds * 1000}
+            for kind, (count, seconds) in ranked]

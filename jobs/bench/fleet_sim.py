@@ -50,6 +50,7 @@ SIM_DEFAULTS = ModelDefaults(width=64, height=64, fps=8, duration_s=1.0, steps=2
 # once a second.
 CANCEL_CHECK_S = 1.0
 VIDEO_BYTES = 2_000_000  # what each stand-in video is recorded as weighing (its storage charge)
+KIND_CHARS = 600  # statements are counted by their text, cut here (the claim's and a renewal's differ before this)
 
 
 def sim_registry() -> Registry:
@@ -100,6 +101,7 @@ class Stats:
         self.errors: list[str] = []
         self.statements = 0
         self.statement_s = 0.0
+        self.kinds: dict[str, list] = {}  # a statement's opening words -> [count, seconds]
 
 
 def run_process(plan: SimPlan, stop, results) -> None:
@@ -119,7 +121,7 @@ def run_process(plan: SimPlan, stop, results) -> None:
     engine.dispose()
     results.put({"claim_s": stats.claim_s, "empty_claims": stats.empty_claims, "batches": stats.batches,
                  "recorded": stats.recorded, "tickets": stats.tickets, "errors": stats.errors,
-                 "statements": stats.statements, "statement_s": stats.statement_s,
+                 "statements": stats.statements, "statement_s": stats.statement_s, "kinds": stats.kinds,
                  "cpu_s": usage.ru_utime + usage.ru_stime})
 
 
@@ -132,11 +134,15 @@ def _time_statements(engine, stats: Stats) -> None:
         started.t = time.perf_counter()
 
     @event.listens_for(engine, "after_cursor_execute")
-    def _after(*_):
+    def _after(_conn, _cursor, statement, *_):
         spent = time.perf_counter() - started.t
+        kind = " ".join(statement.split())[:KIND_CHARS]
         with stats.lock:
             stats.statements += 1
             stats.statement_s += spent
+            entry = stats.kinds.setdefault(kind, [0, 0.0])
+            entry[0] += 1
+            entry[1] += spent
 
 
 def _worker(plan: SimPlan, index: int, models: tuple[str, ...], factory, app, stop, stats: Stats) -> None:
