@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -62,7 +63,8 @@ class FleetLevel:
     cycles_per_s: float
     offered_cycles_per_s: float  # if the control plane took no time: workers / (batch_s x factor)
     claim_ms: dict[str, float]
-    db_active_ms_per_video: float  # PostgreSQL's active time in the level's database
+    db_active_ms_per_video: float  # PostgreSQL's active time in the level's database (lock waits included)
+    db_cpu_ms_per_video: float | None  # its backends' CPU time, where the server runs on this machine
     transactions_per_video: float
     statements_per_video: float  # as the simulated workers sent them
     supports_gpus: float  # cycles_per_s x batch_s
@@ -167,8 +169,11 @@ def _simulate(level: Settings, workers: int, factor: float, batch_s: float, proc
         proc.start()
     # Ideal length: `videos` / (workers x max_batch) batches each; allow five times that, and a minute to start.
     deadline = time.monotonic() + 60 + 5 * videos / (workers * level.max_batch) * batch_s * factor
+    cpu: dict[int, float] = {}
     while time.monotonic() < deadline and _unfinished(factory):
+        _backend_cpu(factory, cpu)
         time.sleep(0.5)
+    _backend_cpu(factory, cpu)
     stop.set()
     out = [results.get(timeout=120) for _ in procs]
     for proc in procs:
@@ -176,7 +181,24 @@ def _simulate(level: Settings, workers: int, factor: float, batch_s: float, proc
     errors = [e for r in out for e in r["errors"]]
     if errors:
         raise RuntimeError(f"a simulated worker failed ({len(errors)} in all):\n{errors[0]}")
+    out[0]["backend_cpu_s"] = sum(cpu.values()) if cpu else None
     return out
+
+
+def _backend_cpu(factory, seen: dict[int, float]) -> None:
+    """The CPU seconds of each server process serving the level's database, last read from /proc: the connections
+    are pooled for the whole level, so their last readings add up to nearly all the server's work for it. Nothing
+    is read when the server is on another machine."""
+    with factory() as s:
+        pids = list(s.scalars(text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                   "AND pid <> pg_backend_pid()")))
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # another machine's process, or gone
+        seen[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime and stime, fields 14 and 15 of stat
 
 
 def _unfinished(factory) -> int:
@@ -260,6 +282,8 @@ def _from_rows(factory, workers: int, factor: float, batch_s: float, results: li
         offered_cycles_per_s=workers / (batch_s * factor),
         claim_ms=percentiles(claims) or dict.fromkeys(("p50", "p95", "p99", "max"), 0.0),
         db_active_ms_per_video=(after[0] - before[0]) / videos,
+        db_cpu_ms_per_video=(None if results[0].get("backend_cpu_s") is None
+                             else results[0]["backend_cpu_s"] * 1000 / videos),
         transactions_per_video=(after[1] - before[1]) / videos,
         statements_per_video=sum(r["statements"] for r in results) / videos,
         supports_gpus=cycles * batch_s,

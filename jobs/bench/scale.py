@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -29,11 +30,14 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from jobs.bench.scratch import drop_queues, require_services, scratch_database, scratch_queue
+from jobs.cost import ledger
+from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.db.queries import claimable_units
 from jobs.db.rows import WorkUnit, utcnow
 from jobs.errors import ReelbatchError
 from jobs.reports.stats import percentiles
+from jobs.reports.summary import report_dict
 from jobs.settings import Settings
 from jobs.work import claims
 from jobs.work.claims import ORDER, Serving
@@ -49,12 +53,21 @@ SHAPE = "tiny|64x64|f9|s4|g5"  # the tiny model's defaults: what the submitted r
 class ScaleResult:
     videos: int
     finished: int
+    # Each command as a user runs it: wall seconds of a fresh process, and the CPU seconds it used (less sensitive to
+    # other work on the machine).
     submit_s: float
+    submit_cpu_s: float
     claim_ms_pending_only: dict[str, float]
     claim_ms_with_finished: dict[str, float]
     claim_plan: list[str]
     status_s: float
+    status_cpu_s: float
     report_s: float
+    report_cpu_s: float
+    # The commands' own work in this process, without the interpreter's start: status's queries, and the report's
+    # queries, summary and JSON.
+    status_work_s: float
+    report_work_s: float
     bulk_insert_s: float
 
     def to_dict(self) -> dict:
@@ -73,7 +86,7 @@ def run_scale(settings: Settings, *, videos: int = VIDEOS, finished: int = FINIS
         manifest.write_text("".join(json.dumps({"id": f"v{i}", "prompt": f"scale video {i}"}) + "\n"
                                     for i in range(videos)))
         step(f"submit of {videos:,} videos")
-        submit_s = _timed_cli(env, tmp, "submit", str(manifest), "--json")
+        submit = _timed_cli(env, tmp, "submit", str(manifest), "--json")
         factory = session_factory(url)
         step(f"{claim_count} claims, {videos:,} pending")
         pending_only = _claim_latency(factory, claim_count)
@@ -86,12 +99,14 @@ def run_scale(settings: Settings, *, videos: int = VIDEOS, finished: int = FINIS
         plan = _probe_plan(url)
         _finish_run(url)
         step(f"status and report of {videos:,} videos")
-        status_s = _timed_cli(env, tmp, "status")
-        report_s = _timed_cli(env, tmp, "report", RUN, "--json")
+        status = _timed_cli(env, tmp, "status")
+        report = _timed_cli(env, tmp, "report", RUN, "--json")
+        status_work, report_work = _status_work(factory, settings), _report_work(factory, settings)
         factory.kw["bind"].dispose()
         session_factory.cache_clear()
         drop_queues(settings.broker_url, queue)
-    return ScaleResult(videos, finished, submit_s, pending_only, with_finished, plan, status_s, report_s, bulk_s)
+    return ScaleResult(videos, finished, *submit, pending_only, with_finished, plan, *status, *report, status_work,
+                       report_work, bulk_s)
 
 
 def _env(settings: Settings, url: str, queue: str, tmp: Path) -> dict:
@@ -103,14 +118,31 @@ def _env(settings: Settings, url: str, queue: str, tmp: Path) -> dict:
     return env
 
 
-def _timed_cli(env: dict, cwd, *args: str) -> float:
+def _timed_cli(env: dict, cwd, *args: str) -> tuple[float, float]:
+    """Wall and CPU seconds of `reelbatch ARGS` in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "jobs", *args], env=env, cwd=cwd, capture_output=True, text=True,
                           timeout=3600, stdin=subprocess.DEVNULL)
     spent = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise ReelbatchError(f"reelbatch {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return spent
+    return spent, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def _status_work(factory, settings: Settings) -> float:
+    t0 = time.perf_counter()
+    queries.run_counts(factory)
+    queries.unserved_pending(factory, 3 * settings.lease_s)
+    return time.perf_counter() - t0
+
+
+def _report_work(factory, settings: Settings) -> float:
+    t0 = time.perf_counter()
+    run, videos = queries.load_report(factory, RUN)
+    json.dumps(report_dict(run, videos, settings.price(), ledger.run_ledger(factory, run.id)))
+    return time.perf_counter() - t0
 
 
 def _claim_latency(factory, count: int) -> dict[str, float]:

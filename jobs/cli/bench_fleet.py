@@ -58,7 +58,9 @@ def bench_scale(videos: int, finished: int, json_: bool) -> None:
     a, b = r.claim_ms_pending_only, r.claim_ms_with_finished
     out.print(f"[bold]bench --scale[/bold]: a {r.videos:,}-video run; {r.finished:,} finished videos added",
               highlight=False)
-    out.print(f"submit {r.submit_s:.1f} s, status {r.status_s:.2f} s, report {r.report_s:.2f} s (each a fresh "
-              f"process); claim P50/P99 {a['p50']:.1f}/{a['p99']:.1f} ms with the run pending, "
-              f"{b['p50']:.1f}/{b['p99']:.1f} ms with {r.finished:,} finished", highlight=False)
+    out.print(f"submit {r.submit_s:.1f} s ({r.submit_cpu_s:.1f} s CPU), status {r.status_s:.2f} s "
+              f"({r.status_cpu_s:.2f} s CPU; its queries {r.status_work_s:.2f} s), report {r.report_s:.2f} s "
+              f"({r.report_cpu_s:.2f} s CPU; its work {r.report_work_s:.2f} s), each a fresh process", highlight=False)
+    out.print(f"claim P50/P99 {a['p50']:.1f}/{a['p99']:.1f} ms with the run pending, {b['p50']:.1f}/{b['p99']:.1f} "
+              f"ms with {r.finished:,} finished videos in the tables", highlight=False)
     out.print("the claim probe's plan:\n  " + "\n  ".join(r.claim_plan), highlight=False, markup=False)

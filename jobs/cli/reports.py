@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from jobs.cli.console import err, fail, out
+from jobs.cli.console import emit_json, err, fail, out
 from jobs.cost import ledger
 from jobs.cost.capacity import plan
 from jobs.db import queries
@@ -54,7 +54,7 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
     if html_file is not None:
         _write_html(html_file, data, run_row, videos, costs["usd_per_charged_s"])
     if json_:
-        out.print_json(json.dumps(data))
+        emit_json(data)
     else:
         print_report(out, data)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from jobs.cli.console import fail, out
+from jobs.cli.console import emit_json, fail, out
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError
@@ -58,9 +57,9 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     if run is not None:  # this run's pending videos only
         unserved = {r.model: r.counts["pending"] for r in rows if r.model in unserved and r.counts["pending"]}
     if json_:
-        out.print_json(json.dumps({"runs": [
+        emit_json({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
-             "total": r.total, "counts": r.counts} for r in rows], "unserved": unserved}))
+             "total": r.total, "counts": r.counts} for r in rows], "unserved": unserved})
         return
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",

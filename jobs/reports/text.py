@@ -5,21 +5,29 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+# Videos listed one per line; a larger run's list is cut here (the JSON and the result files hold every video). A
+# terminal table of 5,000 rows took 8 s to lay out; 100,000 would take minutes (docs/SCALE.md).
+TEXT_ROWS = 100
+
 
 def print_report(console: Console, data: dict) -> None:
     console.print(f"run {data['run_id']} [bold]{data['name']}[/] ({data['model']}) -> {data['output']}",
                   highlight=False)
     table = Table("id", "status", "frames", "size", "chunks", "seams", "KiB", "sha256", "cost $", box=None,
                   pad_edge=False)
-    for v in data["videos"]:
+    videos = data["videos"]
+    for v in videos[:TEXT_ROWS]:
         kib = f"{v['bytes'] / 1024:.1f}" if v["bytes"] is not None else ""
         seams = "" if v["seam_score"] is None else f"{v['seam_score']:.2f}" + (" REVIEW" if v["needs_review"] else "")
         table.add_row(v["id"], v["status"], f"{v['frames']}@{v['fps']}", f"{v['width']}x{v['height']}",
                       str(v["chunks"]), seams, kib, (v["sha256"] or "")[:12], f"{v['cost_usd']:.6f}")
     console.print(table)
-    for v in data["videos"]:
-        if v["error"]:
-            console.print(f"  {v['id']}: {v['error']}", markup=False, highlight=False)
+    errors = [v for v in videos if v["error"]]
+    for v in errors[:TEXT_ROWS]:
+        console.print(f"  {v['id']}: {v['error']}", markup=False, highlight=False)
+    if len(videos) > TEXT_ROWS or len(errors) > TEXT_ROWS:
+        console.print(f"(the first {TEXT_ROWS} of {len(videos):,} videos and of {len(errors):,} errors; "
+                      f"`reelbatch report {data['name']} --json` or `--results` lists every one)", highlight=False)
     counts = ", ".join(f"{n} {k}" for k, n in data["counts"].items() if n)
     per = data["cost"]["per_successful_video_usd"]
     per_text = f"${per:.6f} per successful video" if per is not None else "no successful videos"
