@@ -68,9 +68,10 @@ class FleetLevel:
     transactions_per_video: float
     statements_per_video: float  # as the simulated workers sent them
     supports_gpus: float  # cycles_per_s x batch_s
-    duplicates: int
-    lost: int
-    wasted_attempts: int
+    duplicates: int  # videos charged for more than one successful render
+    lost: int  # videos neither succeeded nor failed when the level ended
+    failed: int  # videos failed: their leases expired on every attempt (a simulated worker starved of CPU)
+    wasted_attempts: int  # claims beyond each video's first
     worker_cpu_s: float  # the simulated workers' processes
     redis_cpu_s: float
     # The statements sent most, per video, as the client timed them: what the database spends its time on.
@@ -85,7 +86,7 @@ class FleetLevel:
     @property
     def ok(self) -> bool:
         return (self.keeps_up >= KEEPS_UP and self.claim_ms["p99"] < CLAIM_P99_MS and not self.duplicates
-                and not self.lost)
+                and not self.lost and not self.failed)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "keeps_up": self.keeps_up, "ok": self.ok}
@@ -287,7 +288,9 @@ def _from_rows(factory, workers: int, factor: float, batch_s: float, results: li
         transactions_per_video=(after[1] - before[1]) / videos,
         statements_per_video=sum(r["statements"] for r in results) / videos,
         supports_gpus=cycles * batch_s,
-        duplicates=sum(1 for n in charged.values() if n > 1), lost=len(rows) - len(done),
+        duplicates=sum(1 for n in charged.values() if n > 1),
+        lost=sum(1 for r in rows if not Status(r.status).terminal),
+        failed=sum(1 for r in rows if Status(r.status) is Status.FAILED),
         wasted_attempts=sum(max(0, r.attempts - 1) for r in rows),
         worker_cpu_s=sum(r["cpu_s"] for r in results), redis_cpu_s=redis_cpu_s,
         statements=_top_kinds(results, videos), server_statements=server_statements,

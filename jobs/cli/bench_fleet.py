@@ -30,14 +30,14 @@ def bench_fleet(levels: tuple[int, ...], factor: float, batch_s: float, json_: b
               f"{result.factor:g} (1 simulated worker = {1 / result.factor:g} GPUs), {result.processes} processes, "
               f"{result.connections} PostgreSQL connections at most", highlight=False)
     table = Table("GPUs", "cycles/s", "of offered", "claim P50 ms", "P99 ms", "DB ms/video", "xact/video",
-                  "supports GPUs", "dup", "lost", "wasted", box=None)
+                  "supports GPUs", "dup", "lost", "failed", "wasted", box=None)
     for lv in result.levels:
         table.add_row(f"{lv.gpus:,.0f}", f"{lv.cycles_per_s:.1f}", f"{lv.keeps_up:.0%}", f"{lv.claim_ms['p50']:.1f}",
                       f"{lv.claim_ms['p99']:.1f}", f"{lv.db_active_ms_per_video:.2f}",
                       f"{lv.transactions_per_video:.1f}", f"{lv.supports_gpus:,.0f}", str(lv.duplicates),
-                      str(lv.lost), str(lv.wasted_attempts))
+                      str(lv.lost), str(lv.failed), str(lv.wasted_attempts))
     out.print(table)
-    out.print(f"supported within the targets (claim P99 < 100 ms, kept up, nothing lost or doubled): "
+    out.print(f"supported within the targets (claim P99 < 100 ms, kept up, nothing lost, failed or doubled): "
               f"{result.supported_gpus():,.0f} GPUs", highlight=False)
 
 

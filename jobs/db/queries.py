@@ -8,10 +8,11 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, insert, or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
+from jobs.db.bulk import insert_rows
 from jobs.db.rows import CostRecord, Run, Video, WorkerSession, WorkUnit, utcnow
 from jobs.db.status import Status, move
 from jobs.errors import RunNameTaken, RunNotFound
@@ -67,23 +68,23 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
                   content_sha256=content)
         s.add(run)
         s.flush()
-        # Bulk inserts of plain rows, not ORM objects: a 100,000-video run's objects took the client longer than the
-        # server's idle-in-transaction timeout (jobs.db.connect) to build on a loaded machine, and the server ended
-        # the transaction (docs/SCALE.md). Each statement carries about a thousand rows; RETURNING in row order gives
-        # the ids the units point at.
-        ids = s.scalars(insert(Video).returning(Video.id, sort_by_parameter_order=True), [dict(
+        # Plain rows in bulk (jobs.db.bulk), not ORM objects: a 100,000-video run's objects took the client longer
+        # than the server's idle-in-transaction timeout (jobs.db.connect) to build on a loaded machine, and the
+        # server ended the transaction (docs/SCALE.md).
+        insert_rows(s, Video, [dict(
             run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
             seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width, height=v.height,
             frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps, guidance=v.guidance,
-            status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap) for v in spec.videos]).all()
+            status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap) for v in spec.videos])
+        ids = dict(s.execute(select(Video.key, Video.id).where(Video.run_id == run.id)).all())
         rank = unit_rank(spec.priority, now)
         # A long video's chunks are units of the window's shape, so they batch with short videos of that shape;
         # only chunk 0 is ready, each later one when the one before it has finished.
-        s.execute(insert(WorkUnit), [dict(
-            video_id=video_id, chunk=k, frames=v.window, ready=k == 0, priority=spec.priority, rank=rank,
+        insert_rows(s, WorkUnit, [dict(
+            video_id=ids[v.id], chunk=k, frames=v.window, ready=k == 0, priority=spec.priority, rank=rank,
             status=Status.PENDING, model=spec.model,
             shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance).key())
-            for video_id, v in zip(ids, spec.videos) for k in range(v.chunks)])
+            for v in spec.videos for k in range(v.chunks)])
         return Submitted(run.id, name, len(spec.videos), True, len(spec.videos), spec.model)
 
 
