@@ -8,7 +8,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Row, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
@@ -186,18 +186,21 @@ def pending_unit_count(factory: Factory, run: str) -> int:
         return _pending_units(s, _run_id(s, run))
 
 
-def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Video, int]]]:
-    """The run row and each video with its summed cost in micro-dollars."""
+def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Row, int]]]:
+    """The run row and each video with its summed cost in micro-dollars.
+
+    The videos are plain rows with the `videos` columns as attributes (read like Video objects): building 100,000
+    ORM objects was most of a report's time. Each video's cost is summed from its own records through their index,
+    so the report takes as long as its run is large, whatever else the table holds (a join over the whole table
+    read every record there; docs/SCALE.md)."""
     with factory() as s:
         run_id = _run_id(s, run)
         row = s.get(Run, run_id)
-        # This run's records only: the sum over every record in the table grew with the database's history.
-        cost = (select(CostRecord.video_id, func.sum(CostRecord.amount_micro_usd).label("micro"))
-                .join(Video, Video.id == CostRecord.video_id).where(Video.run_id == run_id)
-                .group_by(CostRecord.video_id).subquery())
-        videos = s.execute(select(Video, func.coalesce(cost.c.micro, 0)).outerjoin(cost, cost.c.video_id == Video.id)
+        cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
+                .where(CostRecord.video_id == Video.id).scalar_subquery())
+        videos = s.execute(select(*Video.__table__.columns, cost.label("cost_micro_usd"))
                            .where(Video.run_id == run_id).order_by(Video.id)).all()
-        return row, [(v, int(m)) for v, m in videos]
+        return row, [(v, int(v.cost_micro_usd)) for v in videos]
 
 
 def cancel_run(factory: Factory, run: str) -> tuple[str, int]:

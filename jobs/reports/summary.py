@@ -74,9 +74,10 @@ def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None =
     counts = {s.value: 0 for s in Status}
     rows = []
     for v, micro in videos:
-        counts[Status(v.status).value] += 1
+        status = Status(v.status).value
+        counts[status] += 1
         rows.append({
-            "id": v.key, "status": Status(v.status).value, "uri": v.uri, "prompt": v.prompt, "seed": v.seed,
+            "id": v.key, "status": status, "uri": v.uri, "prompt": v.prompt, "seed": v.seed,
             "frames": v.frames, "fps": v.fps, "duration_s": v.duration_s, "width": v.width, "height": v.height,
             "steps": v.steps, "guidance": v.guidance, "bytes": v.bytes, "sha256": v.sha256,
             "attempts": v.attempts, "error": v.last_error,
