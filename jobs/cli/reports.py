@@ -21,7 +21,7 @@ from jobs.render.keys import object_key
 from jobs.reports.html import html_report
 from jobs.reports.results import write_results
 from jobs.reports.summary import report_dict
-from jobs.reports.text import print_report
+from jobs.reports.text import TEXT_ROWS, print_report
 from jobs.settings import Settings
 from storage.encode import decode_frames
 from storage.stores import StoreError, open_store
@@ -50,7 +50,8 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
     except ReelbatchError as exc:
         fail(exc)
     costs = ledger.run_ledger(factory, run_row.id)
-    data = report_dict(run_row, videos, settings.price(), costs)
+    # The text report lists the first TEXT_ROWS videos: only those (and any with an error) need an entry.
+    data = report_dict(run_row, videos, settings.price(), costs, listed=None if json_ or html_file else TEXT_ROWS)
     if html_file is not None:
         _write_html(html_file, data, run_row, videos, costs["usd_per_charged_s"])
     if json_:

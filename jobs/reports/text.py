@@ -25,8 +25,9 @@ def print_report(console: Console, data: dict) -> None:
     errors = [v for v in videos if v["error"]]
     for v in errors[:TEXT_ROWS]:
         console.print(f"  {v['id']}: {v['error']}", markup=False, highlight=False)
-    if len(videos) > TEXT_ROWS or len(errors) > TEXT_ROWS:
-        console.print(f"(the first {TEXT_ROWS} of {len(videos):,} videos and of {len(errors):,} errors; "
+    total = sum(data["counts"].values())
+    if total > TEXT_ROWS or len(errors) > TEXT_ROWS:
+        console.print(f"(the first {TEXT_ROWS} of {total:,} videos and of {len(errors):,} errors; "
                       f"`reelbatch report {data['name']} --json` or `--results` lists every one)", highlight=False)
     counts = ", ".join(f"{n} {k}" for k, n in data["counts"].items() if n)
     per = data["cost"]["per_successful_video_usd"]
