@@ -78,6 +78,7 @@ def run_scale(settings: Settings, *, videos: int = VIDEOS, finished: int = FINIS
               on_step=None) -> ScaleResult:
     require_services(settings, "bench --scale")
     step = on_step or (lambda _: None)
+    claim_count = max(1, min(claim_count, videos // 10))  # two rounds of 4-unit claims, some units left for the plan
     queue = scratch_queue("scale")
     with tempfile.TemporaryDirectory(prefix="reelbatch-scale-") as tmp, \
             scratch_database(settings.database_url, "reelbatch_scale") as url:
