@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -30,9 +32,12 @@ class Engine:
     def __init__(self, config: EngineConfig, registry: Registry):
         self.config = config
         self.registry = registry
-        self._pipelines: dict[str, object] = {}
+        # Loaded pipelines, least recently used first; at most config.max_models.
+        self._pipelines: OrderedDict[str, object] = OrderedDict()
         # A registration's light decoder (engine.light_decoder), used in place of its VAE's decoder.
         self._decoders: dict[str, torch.nn.Module | None] = {}
+        # The shape of the last batch rendered: a worker prefers more of it (jobs.work.claims.Serving).
+        self.last_shape: Shape | None = None
         self._identities: dict[str, str] = {}
         # Shape key -> the largest batch that fitted in device memory, learnt from out-of-memory errors.
         self.max_batch: dict[str, int] = {}
@@ -59,9 +64,16 @@ class Engine:
             raise ModelNotFound(f"model {info.name!r}: {info.path} holds no model_index.json")
         return info.path
 
+    def loaded(self) -> tuple[str, ...]:
+        """The models whose pipelines are loaded, least recently used first."""
+        return tuple(self._pipelines)
+
     def pipeline(self, name: str):
-        """The loaded pipeline for a registered model; loaded on first use and kept for the process's life."""
-        if name not in self._pipelines:
+        """The loaded pipeline for a registered model: loaded on first use and kept while it is among the
+        config.max_models most recently used (loading another unloads the least recently used first)."""
+        if name in self._pipelines:
+            self._pipelines.move_to_end(name)
+        else:
             import diffusers
             import transformers
             from diffusers import WanPipeline
@@ -72,9 +84,12 @@ class Engine:
             info = self.registry.get(name)
             self.check_gate(name)
             device, dtype = self.config.torch_device(), self.config.torch_dtype()
-            log.info("loading model %s from %s on %s (%s)", name, self.model_path(info), device, dtype)
+            path = self.model_path(info)
+            # After the checks above, so a model that cannot load unloads none.
+            self._make_room(max(self.config.max_models, 1) - 1)
+            log.info("loading model %s from %s on %s (%s)", name, path, device, dtype)
             # Wan's VAE is numerically sensitive: keep it in fp32 whatever the transformer runs in.
-            pipe = WanPipeline.from_pretrained(self.model_path(info), dtype={"default": dtype, "vae": torch.float32},
+            pipe = WanPipeline.from_pretrained(path, dtype={"default": dtype, "vae": torch.float32},
                                                use_safetensors=True)
             # A registration's adapters fused, its sampler and light decoder (engine.adapt), before compiling.
             self._decoders[name] = adapt.apply(pipe, info, device)
@@ -104,6 +119,19 @@ class Engine:
         """A registration's light decoder (engine.light_decoder), or None where its VAE decodes."""
         self.pipeline(name)
         return self._decoders[name]
+    def _make_room(self, keep: int) -> None:
+        """Unload the least recently used pipelines until at most `keep` remain, and give their memory back: the
+        engine holds the only references, so collecting frees the tensors, and empty_cache returns the freed blocks
+        from torch's caching allocator to the device (for another pipeline, or another process)."""
+        if len(self._pipelines) <= keep:
+            return
+        while len(self._pipelines) > keep:
+            name, _ = self._pipelines.popitem(last=False)
+            self._decoders.pop(name, None)
+            log.info("unloading model %s: at most %d loaded (REELBATCH_MAX_MODELS)", name, self.config.max_models)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def render(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None = None) -> list[RenderedVideo]:
         """Render a same-shape batch: text embeddings, denoising, decoding; one generator per video.
@@ -119,6 +147,7 @@ class Engine:
         if limit and len(requests) > limit:
             return [video for start in range(0, len(requests), limit)
                     for video in self.render(RenderBatch(batch.shape, requests[start : start + limit]), should_stop)]
+        self.last_shape = batch.shape
         try:
             return self._render_once(batch, should_stop)
         except torch.OutOfMemoryError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from engine.registration import Adapter, Problem, Sampler, parse_adapters, parse
 
 # The longest video: this many windows (Wan: 64 x ~4.75 s, about 5 minutes at 16 fps).
 MAX_CHUNKS = 64
+
+# A model's name: it becomes part of a ticket queue's name (`QUEUE.model.NAME`) and of comma-separated lists.
+MODEL_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,9 @@ class ModelInfo:
     sampler: Sampler | None = None
     decoder: Path | None = None
     teacher: str | None = None
+    # The largest batch a worker renders of this model, where smaller than the worker's own (`--max-batch`): a large
+    # model's batch that fits a GPU's memory. None: the worker's.
+    max_batch: int | None = None
 
     def chunk_plan(self, frames: int) -> ChunkPlan:
         """How a video of `frames` is rendered: one pass, or chunks of the window."""
@@ -158,6 +165,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
           defaults: {width: 832, height: 480, fps: 16, duration_s: 5, steps: 50, guidance: 5.0}
           max_frames: 81      # the window; longer videos render in chunks sharing chunk_overlap latents (2)
           chunk_condition: noised   # or clean, for a model trained to continue a clean prefix
+          max_batch: 2        # at most this many videos per batch, whatever the worker's --max-batch
         wan-1.3b-fast:            # the same folder, distilled: its own name, shape key and quality gate
           path: /models/Wan2.1-T2V-1.3B-Diffusers
           adapters: [{path: /models/wan-step-distill-lora.safetensors, scale: 1.0}]   # diffusers LoRA layout
@@ -178,6 +186,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
     if not isinstance(data, dict):
         raise ModelNotFound(f"{models_file}: expected a mapping of model names")
     for name, entry in data.items():
+        if not re.fullmatch(MODEL_NAME, str(name)):
+            raise ModelNotFound(f"{models_file}: model {name!r}: a name has letters, digits, '.', '_' and '-' only, "
+                                "and starts with a letter or digit")
         if not isinstance(entry, dict) or "path" not in entry:
             raise ModelNotFound(f"{models_file}: model {name!r} needs a 'path' to a local diffusers folder")
         path = Path(entry["path"]).expanduser()
@@ -198,6 +209,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
             chunk_overlap=int(entry.get("chunk_overlap", 2)),
             chunk_condition=_chunk_condition(models_file, name, entry.get("chunk_condition", "noised")),
             max_sequence_length=int(entry.get("max_sequence_length", 512)),
+            max_batch=_max_batch(models_file, name, entry.get("max_batch")),
             **_additions(models_file, str(name), entry, path),
         )
     for info in registry.models.values():
@@ -207,6 +219,13 @@ def load_registry(models_file: Path | None = None) -> Registry:
     return registry
 
 
+def _max_batch(models_file: Path, name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelNotFound(f"{models_file}: model {name!r}: max_batch must be a whole number of at least 1, "
+                            f"got {value!r}")
+    return value
 def _additions(models_file: Path, name: str, entry: dict, path: Path) -> dict:
     """The adapters, sampler, decoder and teacher of an entry, checked (engine.registration)."""
     try:

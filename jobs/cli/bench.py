@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jobs.bench.presets import CANDIDATES, PRESETS
+from jobs.cli.bench_fleet import bench_fleet, bench_scale
 from jobs.cli.console import err, fail, out, progress_text
 from jobs.cost import profiles
 from jobs.errors import ReelbatchError, UsageError
@@ -54,6 +55,22 @@ def bench(
     profile_as: Annotated[Optional[str], typer.Option(
         "--profile-as", help="Record the side by side's profile for estimates under this registered model name "
                              "(default: the preset's model), e.g. real weights of the preset's architecture.")] = None,
+    fleet: Annotated[bool, typer.Option(
+        "--fleet", help="The control plane (REELBATCH_DATABASE_URL's PostgreSQL, REELBATCH_BROKER_URL's Redis) under "
+                        "simulated workers at each of --levels: cycles/s, claim P50/P99, database time per video, "
+                        "the GPUs it supports.")] = False,
+    levels: Annotated[str, typer.Option("--levels", help="With --fleet: simulated worker counts.")] = "10,20,40,80",
+    factor: Annotated[float, typer.Option("--factor", min=0.001, max=1.0, help="With --fleet: time compression; "
+                                          "one simulated worker stands for 1/FACTOR GPUs.")] = 0.02,
+    batch_s: Annotated[float, typer.Option("--batch-s", min=1.0, max=3600.0, help="With --fleet: a batch's "
+                                           "seconds on a GPU (a shape's measured time).")] = 60.0,
+    scale: Annotated[bool, typer.Option(
+        "--scale", help="submit, status and report of a large run, and the claim's latency with many finished "
+                        "videos in the tables, against REELBATCH_DATABASE_URL's PostgreSQL.")] = False,
+    scale_videos: Annotated[int, typer.Option("--scale-videos", min=100, max=10_000_000,
+                                              help="With --scale: the submitted run's videos.")] = 100_000,
+    finished: Annotated[int, typer.Option("--finished", min=0, max=100_000_000,
+                                          help="With --scale: finished videos added to the tables.")] = 1_000_000,
 ) -> None:
     """Render the same videos with the script a user would write from the diffusers docs and with reelbatch's
     worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
@@ -62,6 +79,12 @@ def bench(
     which settings pass their gate (adherence within 2 points, mean PSNR >= 25 dB); workers use only those."""
     if quality:
         _bench_quality(model, setting or list(CANDIDATES), count, batch, json_)
+        return
+    if fleet:
+        bench_fleet(_counts("--levels", levels, 2000), factor, batch_s, json_)
+        return
+    if scale:
+        bench_scale(scale_videos, finished, json_)
         return
     if preset not in PRESETS:
         err.print(f"--preset: {preset!r} is not a preset (choose from {', '.join(PRESETS)})")

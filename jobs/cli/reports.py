@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from jobs.cli.console import err, fail, literal, out
+from jobs.cli.console import emit_json, err, fail, literal, out
 from jobs.cost import ledger
 from jobs.cost.capacity import plan
 from jobs.db import queries
@@ -22,7 +22,7 @@ from jobs.render.keys import object_key, poster_key
 from jobs.reports.html import html_report
 from jobs.reports.results import write_results
 from jobs.reports.summary import report_dict
-from jobs.reports.text import print_report
+from jobs.reports.text import TEXT_ROWS, print_report
 from jobs.settings import Settings
 from storage.poster import poster_jpeg
 from storage.stores import StoreError, open_store
@@ -51,11 +51,12 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
     except ReelbatchError as exc:
         fail(exc)
     costs = ledger.run_ledger(factory, run_row.id)
-    data = report_dict(run_row, videos, settings.price(), costs)
+    # The text report lists the first TEXT_ROWS videos: only those (and any with an error) need an entry.
+    data = report_dict(run_row, videos, settings.price(), costs, listed=None if json_ or html_file else TEXT_ROWS)
     if html_file is not None:
         _write_html(html_file, data, run_row, videos, costs["usd_per_charged_s"])
     if json_:
-        out.print_json(json.dumps(data))
+        emit_json(data)
     else:
         print_report(out, data)
 

@@ -3,14 +3,13 @@ restarting one."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 from sqlalchemy import select
 
-from jobs.cli.console import fail, out
+from jobs.cli.console import emit_json, fail, out
 from jobs.db import limits, queries
 from jobs.db.connect import session_factory
 from jobs.db.rows import Run, as_utc, utcnow
@@ -40,12 +39,14 @@ def resume(run: RunArg) -> None:
     """Put a run's failed and cancelled videos back in the queue, with fresh attempts. Idempotent."""
     try:
         settings = Settings.from_env()
-        name, count = queries.resume_run(session_factory(settings.database_url), run)
+        factory = session_factory(settings.database_url)
+        name, count = queries.resume_run(factory, run)
         if count:
             from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
             from jobs.work.tickets import send_tickets
 
-            send_tickets(create_app(settings), count)
+            (resumed,) = queries.run_counts(factory, name)
+            send_tickets(create_app(settings), count, resumed.model)
     except ReelbatchError as exc:
         fail(exc)
     out.print(f"run {name}: {count} videos back in the queue")
@@ -53,19 +54,24 @@ def resume(run: RunArg) -> None:
 
 def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (default: all runs).")] = None,
            json_: JsonOpt = False) -> None:
-    """Runs and their video counts by status; for a run with a deadline or a cost cap, its projected finish against
-    its deadline (flagged when at risk) and what it has been charged against its cap."""
+    """Runs and their video counts by status, and pending work that no live worker serves; for a run with a deadline
+    or a cost cap, its projected finish against its deadline (flagged when at risk) and what it has been charged
+    against its cap."""
     try:
         settings = Settings.from_env()
         factory = session_factory(settings.database_url)
         rows = queries.run_counts(factory, run)
         plans = _plans(factory, settings, [r.run_id for r in rows])
+        # Live: heartbeated within three leases, the span after which a sweeper closes a silent worker's session.
+        unserved = queries.unserved_pending(factory, 3 * settings.lease_s)
     except ReelbatchError as exc:
         fail(exc)
+    if run is not None:  # this run's pending videos only
+        unserved = {r.model: r.counts["pending"] for r in rows if r.model in unserved and r.counts["pending"]}
     if json_:
-        out.print_json(json.dumps({"runs": [
+        emit_json({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
-             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows]}))
+             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows], "unserved": unserved})
         return
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
@@ -86,6 +92,8 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         table.add_row(str(r.run_id), r.name, r.model, str(r.total), *(str(r.counts[k]) for k in
                       ("pending", "running", "succeeded", "failed", "cancelled")), *extra)
     out.print(table)
+    for model, n in unserved.items():
+        out.print(f"{n} pending: no live worker serves {model}", highlight=False)
 
 
 def _plans(factory, settings: Settings, run_ids: list[int]) -> dict[int, dict]:

@@ -109,7 +109,8 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, notif
 
             tickets = bar.add_task(visible(f"queueing {submitted.name}"),
                                    total=min(submitted.pending_units, MAX_TICKETS))
-            send_tickets(create_app(settings), submitted.pending_units, on_sent=lambda: bar.advance(tickets))
+            send_tickets(create_app(settings), submitted.pending_units, submitted.model,
+                         on_sent=lambda: bar.advance(tickets))
     return submitted
 
 

@@ -12,6 +12,7 @@ from jobs.cli.console import fail
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError, UsageError
 from jobs.settings import Settings
+from jobs.settings.readers import BadValue, model_names
 
 
 def worker(
@@ -20,6 +21,10 @@ def worker(
     pool: Annotated[str, typer.Option(help="solo: render in this process; prefork: in child processes, with hard "
                                            "time limits (CUDA starts only in the children).")] = "solo",
     max_batch: Annotated[Optional[int], typer.Option(min=1, help="Largest same-shape batch (default REELBATCH_MAX_BATCH).")] = None,
+    models: Annotated[Optional[str], typer.Option(help="Comma-separated models to serve: claim only their work "
+                                                       "(default REELBATCH_WORKER_MODELS, else every registered model).")] = None,
+    max_models: Annotated[Optional[int], typer.Option(min=1, help="Pipelines kept loaded; another unloads the least "
+                                                                  "recently used (default REELBATCH_MAX_MODELS).")] = None,
     gpu_rate: Annotated[Optional[float], typer.Option(min=0.000001, help="USD per GPU-hour for cost records (default REELBATCH_GPU_HOUR_USD).")] = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
     log_format: Annotated[str, typer.Option("--log-format", help="text, or json: one JSON object per line, with "
@@ -46,11 +51,13 @@ def worker(
     # Here, not at the top: Celery and the render path (torch) only for the command that renders.
     from jobs.work import process
     from jobs.work.app import check_worker_config, control_queue, create_app
+    from jobs.work.tickets import model_queue
 
     try:
-        settings = Settings.from_env().with_options(max_batch=max_batch, gpu_hour_usd=gpu_rate, queue=queue)
+        settings = Settings.from_env().with_options(max_batch=max_batch, gpu_hour_usd=gpu_rate, queue=queue,
+                                                    worker_models=_names(models), max_models=max_models)
         session_factory(settings.database_url)  # refuse to start against a schema this code does not know
-        settings.registry()
+        served = settings.served_models()
         settings.engine_config()
         check_worker_config(settings)
     except ReelbatchError as exc:
@@ -62,7 +69,8 @@ def worker(
     app = create_app(settings)
     app.set_current()
     app.set_default()  # threads of this process (the sweeper) send tickets through it
-    queues = f"{settings.queue},{control_queue(settings)}"
+    # The plain queue, the control queue, and one queue per model served: a model's tickets wake only its servers.
+    queues = ",".join([settings.queue, control_queue(settings), *(model_queue(settings.queue, m) for m in served)])
     try:
         app.worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", loglevel,
                          "--without-gossip", "--without-mingle"])
@@ -71,3 +79,12 @@ def worker(
         # walk every object torch and diffusers made, 4.7-6.6 s on a busy 2-core machine; frozen out of it, the
         # exit takes 0.8-1.2 s (3 runs each of importing them and exiting).
         gc.freeze()
+
+
+def _names(raw: str | None) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    try:
+        return model_names(raw)
+    except BadValue as exc:
+        fail(UsageError(f"--models: {exc}, got {raw!r}"))

@@ -31,8 +31,9 @@ class Meter:
     """
 
     def __init__(self, rate: Rate, factory: Factory | None = None, owner: str = "",
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, models: tuple[str, ...] | None = None):
         self.rate, self.factory, self.owner, self.clock = rate, factory, owner, clock
+        self.models = models  # what the worker serves, recorded on its session (None: not recorded)
         self.session_id: int | None = None
         self._lock = threading.Lock()
         self._busy_total = 0.0
@@ -50,7 +51,8 @@ class Meter:
         self._started = self.clock()
         with self.factory.begin() as s:
             row = WorkerSession(owner=self.owner, up_s=0.0, rate_usd_per_hour=self.rate.usd_per_hour,
-                                rate_source=self.rate.source)
+                                rate_source=self.rate.source,
+                                models=None if self.models is None else ",".join(self.models))
             s.add(row)
             s.flush()
             self.session_id = row.id

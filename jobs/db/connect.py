@@ -20,15 +20,20 @@ MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 IDLE_IN_TRANSACTION_MS = 30_000
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, pool_size: int | None = None) -> Engine:
+    """An engine for `url`. `pool_size` (PostgreSQL): connections kept per process, none beyond it (a process
+    that runs many simulated workers, `reelbatch bench --fleet`); default SQLAlchemy's 5, plus 10 on demand."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql":
+        pool = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": 120}
         # Our transactions last milliseconds. A worker frozen (SIGSTOP, a swap storm, a VM pause) inside one would
         # hold its row locks for ever, and SKIP LOCKED would hide its expired lease from every reaper: the server
-        # ends such a session after this long, releasing the locks.
+        # ends such a session after this long, releasing the locks. JIT off: our statements are index lookups and
+        # a report's per-video sums, where compiling never pays (a 100,000-video report's query spent 0.72 of its
+        # 1.13 s compiling; docs/SCALE.md).
         return create_engine(url, pool_pre_ping=True, connect_args={
-            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
-            "cursor_factory": _unpipelined_cursor()})
+            "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off",
+            "cursor_factory": _unpipelined_cursor()}, **pool)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":

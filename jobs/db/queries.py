@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Row, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
-from jobs.db.rows import CostRecord, Run, Video, WorkUnit, as_utc, utcnow
+from jobs.db.bulk import insert_rows
+from jobs.db.rows import CostRecord, Run, Video, WorkerSession, WorkUnit, as_utc, utcnow
 from jobs.db.status import Status, move
 from jobs.errors import RunNameTaken, RunNotFound, UsageError
 from jobs.manifest import RunSpec, derive_seed
@@ -50,6 +51,7 @@ class Submitted:
     videos: int
     created: bool
     pending_units: int
+    model: str
 
 
 def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = False) -> Submitted:
@@ -69,7 +71,7 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
                     f"(from {existing.source}); rename the run or pass --new-run"
                 )
             return Submitted(existing.id, existing.name, _count(s, Video, existing.id), False,
-                             _pending_units(s, existing.id))
+                             _pending_units(s, existing.id), existing.model)
         if existing is not None:
             name = _free_name(s, spec.name)
             _check_new_name(name, spec, output)
@@ -80,21 +82,24 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
                   max_cost_micro_usd=None if spec.max_cost_usd is None else round(spec.max_cost_usd * 1e6))
         s.add(run)
         s.flush()
-        videos = [Video(run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
-                        seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width,
-                        height=v.height, frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps,
-                        guidance=v.guidance, status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap)
-                  for v in spec.videos]
-        s.add_all(videos)
-        s.flush()  # one round of inserts for the ids the units point at
+        # Plain rows in bulk (jobs.db.bulk), not ORM objects: a 100,000-video run's objects took the client longer
+        # than the server's idle-in-transaction timeout (jobs.db.connect) to build on a loaded machine, and the
+        # server ended the transaction (docs/SCALE.md).
+        insert_rows(s, Video, [dict(
+            run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
+            seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width, height=v.height,
+            frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps, guidance=v.guidance,
+            status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap) for v in spec.videos])
+        ids = dict(s.execute(select(Video.key, Video.id).where(Video.run_id == run.id)).all())
         rank = unit_rank(spec.priority, now, spec.deadline)
         # A long video's chunks are units of the window's shape, so they batch with short videos of that shape;
         # only chunk 0 is ready, each later one when the one before it has finished.
-        s.add_all(WorkUnit(video_id=video.id, chunk=k, frames=v.window, ready=k == 0, priority=spec.priority,
-                           rank=rank, status=Status.PENDING,
-                           shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance).key())
-                  for video, v in zip(videos, spec.videos) for k in range(v.chunks))
-        return Submitted(run.id, name, len(spec.videos), True, len(spec.videos))
+        insert_rows(s, WorkUnit, [dict(
+            video_id=ids[v.id], chunk=k, frames=v.window, ready=k == 0, priority=spec.priority, rank=rank,
+            status=Status.PENDING, model=spec.model,
+            shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance).key())
+            for v in spec.videos for k in range(v.chunks)])
+        return Submitted(run.id, name, len(spec.videos), True, len(spec.videos), spec.model)
 
 
 def _count(s: Session, model, run_id: int) -> int:
@@ -169,6 +174,21 @@ def run_counts(factory: Factory, run: str | None = None) -> list[RunCounts]:
     return [RunCounts(r.id, r.name, r.model, r.created_at, by_run[r.id]) for r in runs]
 
 
+def unserved_pending(factory: Factory, stale_after_s: float) -> dict[str, int]:
+    """Pending videos by model, for each model that no live worker serves: none of the worker sessions that are open
+    and heartbeated within `stale_after_s` lists it (a session that lists none is taken to serve every model). That
+    work waits; it is never claimed by a worker that cannot render it."""
+    with factory() as s:
+        live = list(s.scalars(select(WorkerSession.models).where(
+            WorkerSession.ended_at.is_(None), WorkerSession.last_seen_at >= utcnow() - timedelta(seconds=stale_after_s))))
+        if any(models is None for models in live):
+            return {}
+        served = {m for models in live for m in models.split(",") if m}
+        pending = s.execute(select(Run.model, func.count()).join(Video, Video.run_id == Run.id)
+                            .where(Video.status == Status.PENDING).group_by(Run.model)).all()
+    return {model: n for model, n in sorted(pending) if model not in served}
+
+
 def _run_id(s: Session, run: str) -> int:
     """A run named by id or by name."""
     found = s.scalar(select(Run.id).where(Run.name == run))
@@ -183,6 +203,13 @@ def find_run(factory: Factory, run: str) -> Run:
     """The run row of a run named by name or id (RunNotFound otherwise)."""
     with factory() as s:
         return s.get(Run, _run_id(s, run))
+def run_finished(factory: Factory, run: str) -> bool:
+    """No video of the run is pending or running: a probe of the (run, status) index, whatever the run's size (each
+    worker asks after each batch it records)."""
+    with factory() as s:
+        run_id = _run_id(s, run)
+        return s.scalar(select(Video.id).where(Video.run_id == run_id,
+                                               Video.status.in_([Status.PENDING, Status.RUNNING])).limit(1)) is None
 
 
 def pending_unit_count(factory: Factory, run: str) -> int:
@@ -190,16 +217,21 @@ def pending_unit_count(factory: Factory, run: str) -> int:
         return _pending_units(s, _run_id(s, run))
 
 
-def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Video, int]]]:
-    """The run row and each video with its summed cost in micro-dollars."""
+def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Row, int]]]:
+    """The run row and each video with its summed cost in micro-dollars.
+
+    The videos are plain rows with the `videos` columns as attributes (read like Video objects): building 100,000
+    ORM objects was most of a report's time. Each video's cost is summed from its own records through their index,
+    so the report takes as long as its run is large, whatever else the table holds (a join over the whole table
+    read every record there; docs/SCALE.md)."""
     with factory() as s:
         run_id = _run_id(s, run)
         row = s.get(Run, run_id)
-        cost = (select(CostRecord.video_id, func.sum(CostRecord.amount_micro_usd).label("micro"))
-                .group_by(CostRecord.video_id).subquery())
-        videos = s.execute(select(Video, func.coalesce(cost.c.micro, 0)).outerjoin(cost, cost.c.video_id == Video.id)
+        cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
+                .where(CostRecord.video_id == Video.id).scalar_subquery())
+        videos = s.execute(select(*Video.__table__.columns, cost.label("cost_micro_usd"))
                            .where(Video.run_id == run_id).order_by(Video.id)).all()
-        return row, [(v, int(m)) for v, m in videos]
+        return row, [(v, int(v.cost_micro_usd)) for v in videos]
 
 
 def cancel_run(factory: Factory, run: str) -> tuple[str, int]:

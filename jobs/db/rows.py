@@ -91,7 +91,11 @@ class Run(Timestamps, Base):
 
 class Video(Timestamps, Base):
     __tablename__ = "videos"
-    __table_args__ = (UniqueConstraint("run_id", "key"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "key"),
+        # Is a run done, and its counts by status: both read from the index, never from the run's rows.
+        Index("ix_videos_run_id_status", "run_id", "status"),
+    )
 
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     key: Mapped[str] = mapped_column(String(128))  # the manifest's video id
@@ -146,18 +150,16 @@ class WorkUnit(Timestamps, Base):
     window). Chunk k+1 becomes `ready` (claimable) when chunk k has finished and left its latents at `checkpoint`."""
 
     __tablename__ = "work_units"
-    __table_args__ = (
-        UniqueConstraint("video_id", "chunk"),
-        # The claim query: pending units of the best shape, by rank.
-        Index("ix_work_units_claim", "status", "rank"),
-    )
+    __table_args__ = (UniqueConstraint("video_id", "chunk"),)
 
     video_id: Mapped[int] = mapped_column(ForeignKey("videos.id", ondelete="CASCADE"), index=True)
     chunk: Mapped[int] = mapped_column(Integer, default=0)
     frames: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     ready: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     checkpoint: Mapped[str | None] = mapped_column(Text)
-    shape_key: Mapped[str] = mapped_column(String(255), index=True)
+    shape_key: Mapped[str] = mapped_column(String(255))
+    # The run's model, so a worker claims only what it serves with one index probe per model (jobs.work.claims).
+    model: Mapped[str] = mapped_column(String(128))
     priority: Mapped[int] = mapped_column(Integer, default=0)
     # Claim order, highest first: priority x AGING_S minus submission time (jobs.db.queries.unit_rank), so a
     # higher priority wins but waiting work gains a level every AGING_S seconds and is never starved.
@@ -175,6 +177,13 @@ class WorkUnit(Timestamps, Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     video: Mapped[Video] = relationship(back_populates="units", lazy="raise")
+
+
+# The claim's probes (jobs.work.claims): the best claimable unit of one model, or of one shape, is the first entry of
+# its range, whatever else the table holds (finished rows sort under other statuses). rank DESC, id: the claim order.
+Index("ix_work_units_claim_model", WorkUnit.status, WorkUnit.ready, WorkUnit.model, WorkUnit.rank.desc(), WorkUnit.id)
+Index("ix_work_units_claim_shape", WorkUnit.status, WorkUnit.ready, WorkUnit.shape_key, WorkUnit.rank.desc(),
+      WorkUnit.id)
 
 
 class WorkerSession(Timestamps, Base):
@@ -195,6 +204,9 @@ class WorkerSession(Timestamps, Base):
     rate_source: Mapped[str] = mapped_column(Text)
     in_flight_videos: Mapped[str | None] = mapped_column(Text)  # comma-separated video ids
     in_flight_since_s: Mapped[float | None] = mapped_column(Float)  # on the session's clock, like up_s
+    # The models it claims, comma-separated (`reelbatch status` names pending work no live session serves); None:
+    # a session opened before workers recorded them, taken to serve every model.
+    models: Mapped[str | None] = mapped_column(Text)
 
 
 class CostRecord(Timestamps, Base):

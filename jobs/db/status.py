@@ -42,11 +42,16 @@ class IllegalTransition(Exception):
     pass
 
 
-def transition(row, new: Status) -> None:
-    """Move a row (anything with a `status`) to `new`, refusing moves the table above does not allow."""
+def check_move(row, new: Status) -> None:
+    """Refuse a move of a row (anything with a `status`) that the table above does not allow."""
     old = Status(row.status)
     if new not in TRANSITIONS[old]:
         raise IllegalTransition(f"{type(row).__name__} {getattr(row, 'id', '?')}: {old.value} -> {new.value}")
+
+
+def transition(row, new: Status) -> None:
+    """Move a row (anything with a `status`) to `new`, refusing moves the table above does not allow."""
+    check_move(row, new)
     row.status = new
 
 

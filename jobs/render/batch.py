@@ -35,7 +35,7 @@ from jobs.render.stopping import BatchProgress, Stopping
 from jobs.render.store import store_all
 from jobs.settings import Settings
 from jobs.work import claims, leases, logs, prometheus
-from jobs.work.claims import Claim, ClaimedUnit, waiting_shapes, worker_id
+from jobs.work.claims import Claim, ClaimedUnit, Serving, waiting_shapes, worker_id
 from jobs.work.gate import Gate
 from storage.stores import StoreError
 
@@ -51,13 +51,23 @@ def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
     return max(settings.min_time_limit_s, settings.time_limit_s * work / REFERENCE_WORK)
 
 
+def serving(settings: Settings, engine: Engine) -> Serving:
+    """What this worker claims (jobs.work.claims.Serving): the models it serves, their registrations' batch limits,
+    and what its engine has warm."""
+    registry = engine.registry
+    models = settings.served_models(registry)
+    limits = {m: registry.get(m).max_batch for m in models if registry.get(m).max_batch}
+    return Serving(models, limits, engine.loaded(), engine.last_shape, settings.affinity_s)
+
+
 def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 4) -> list[str]:
     """Compile ahead: for each of the `shapes` shapes with the most work waiting, one denoising step of a batch the
     size the worker will claim, so its first real batch runs compiled code (a compile costs 15-25 s per shape on a
     CPU, more for a large model). Returns the shape keys warmed."""
     warmed = []
-    for shape, waiting in waiting_shapes(factory, shapes):
-        size = min(settings.max_batch, waiting)
+    served = serving(settings, engine)
+    for shape, waiting in waiting_shapes(factory, shapes, served.models):
+        size = min(settings.max_batch, served.max_batch.get(shape.model, settings.max_batch), waiting)
         requests = tuple(RenderRequest(-1 - i, "warm-up", None, i) for i in range(size))
         try:
             engine.render(RenderBatch(replace(shape, steps=1), requests))
@@ -69,23 +79,23 @@ def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 
 
 
 def render_next_batch(settings: Settings, engine: Engine, factory: Factory, finisher: Finisher | None = None,
-                      on_ready: Callable[[int], None] | None = None, meter: Meter | None = None,
+                      on_ready: Callable[[int, str], None] | None = None, meter: Meter | None = None,
                       stopping: Stopping | None = None) -> BatchResult:
     """Claim one same-shape batch and take it to the store. A result with claimed=0 means nothing was waiting, or
     the worker is shutting down (`stopping`, jobs.render.stopping: then nothing is claimed, and the batch stops at
     its next step when the worker must stop now or its grace cannot cover the rest).
 
     With a `finisher`, encoding and storing are queued on it and the result says how many videos are `pending`;
-    the leases are renewed until the finisher has recorded them. `on_ready(n)` is called (on whichever thread
-    stores) when n long videos' next chunks have become claimable, so a worker can be told at once. `meter` is the
-    worker's clock of paid time (jobs.cost.meter); without one, charges carry no session.
+    the leases are renewed until the finisher has recorded them. `on_ready(n, model)` is called (on whichever thread
+    stores) when n long videos' next chunks, of `model`, have become claimable, so a worker can be told at once.
+    `meter` is the worker's clock of paid time (jobs.cost.meter); without one, charges carry no session.
     """
     meter = meter or Meter(settings.gpu_rate(), clock=time.perf_counter)
     if stopping is not None and not stopping.taking_work():
         return BatchResult()
     gate = Gate(meter.rate, settings.storage_price(), settings.cache_dir)
     claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s,
-                               gate=gate)
+                               serving=serving(settings, engine), gate=gate)
     if gate.stopped:  # a run stopped at its budget may have nothing left running to notice that it finished
         _notice_finished(settings, factory, set(gate.stopped))
     if claim is None:
@@ -94,7 +104,9 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
     with logs.bound(runs=sorted({u.run_name for u in claim.units}), videos=[u.key for u in claim.units],
                     units=[u.unit_id for u in claim.units], shape=claim.batch.shape.key()):
         log.info("claimed %d (%s)", len(claim.units), claim.batch.shape.key())
-        result = _render_claim(settings, engine, factory, claim, finisher, on_ready, meter, stopping)
+        model = claim.batch.shape.model
+        ready = None if on_ready is None else (lambda n: on_ready(n, model))
+        result = _render_claim(settings, engine, factory, claim, finisher, ready, meter, stopping)
         if not result.pending:  # all recorded here (a finisher's batch notices when it has stored)
             _notice_finished(settings, factory, {u.run_name for u in claim.units})
         return result

@@ -56,5 +56,4 @@ def write_results(factory, run: str) -> list[str]:
 
 def write_if_done(factory, run: str) -> list[str]:
     """The result files, if no video of the run is pending or running any more; else nothing."""
-    (counts,) = queries.run_counts(factory, run)
-    return write_results(factory, run) if counts.done else []
+    return write_results(factory, run) if queries.run_finished(factory, run) else []

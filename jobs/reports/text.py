@@ -31,21 +31,32 @@ def literal(text: object, style: str = "") -> Text:
     return Text(visible(str(text)), style=style)
 
 
+# Videos listed one per line; a larger run's list is cut here (the JSON and the result files hold every video). A
+# terminal table of 5,000 rows took 8 s to lay out; 100,000 would take minutes (docs/SCALE.md).
+TEXT_ROWS = 100
+
+
 def print_report(console: Console, data: dict) -> None:
     console.print(Text.assemble(f"run {data['run_id']} ", literal(data["name"], "bold"),
                                 literal(f" ({data['model']}) -> {data['output']}")), soft_wrap=True)
     table = Table("id", "status", "frames", "size", "chunks", "seams", "KiB", "sha256", "cost $", box=None,
                   pad_edge=False)
     table.columns[0].overflow = "fold"  # an id is shown whole, wrapped if it must be, never cut short
-    for v in data["videos"]:
+    videos = data["videos"]
+    for v in videos[:TEXT_ROWS]:
         kib = f"{v['bytes'] / 1024:.1f}" if v["bytes"] is not None else ""
         seams = "" if v["seam_score"] is None else f"{v['seam_score']:.2f}" + (" REVIEW" if v["needs_review"] else "")
         table.add_row(literal(v["id"]), v["status"], f"{v['frames']}@{v['fps']}", f"{v['width']}x{v['height']}",
                       str(v["chunks"]), seams, kib, (v["sha256"] or "")[:12], f"{v['cost_usd']:.6f}")
     console.print(table)
-    for v in data["videos"]:
-        if v["error"]:
-            console.print(literal(f"  {v['id']}: {v['error']}"), soft_wrap=True)
+    errors = [v for v in videos if v["error"]]
+    for v in errors[:TEXT_ROWS]:
+        console.print(literal(f"  {v['id']}: {v['error']}"), soft_wrap=True)
+    total = sum(data["counts"].values())
+    if total > TEXT_ROWS or len(errors) > TEXT_ROWS:
+        console.print(literal(f"(the first {TEXT_ROWS} of {total:,} videos and of {len(errors):,} errors; "
+                              f"`reelbatch report {data['name']} --json` or `--results` lists every one)"),
+                      soft_wrap=True)
     counts = ", ".join(f"{n} {k}" for k, n in data["counts"].items() if n)
     per = data["cost"]["per_successful_video_usd"]
     per_text = f"${per:.6f} per successful video" if per is not None else "no successful videos"

@@ -35,6 +35,9 @@ class Settings:
     models_file: Path | None
     cache_dir: Path
     queue: str
+    worker_models: tuple[str, ...] | None
+    max_models: int
+    affinity_s: float
     max_batch: int
     device: str
     batched_guidance: bool
@@ -99,6 +102,18 @@ class Settings:
             raise UsageError(f"REELBATCH_MODELS: {exc}") from None
         except OSError as exc:
             raise UsageError(f"REELBATCH_MODELS: cannot read {self.models_file}: {exc.strerror}") from None
+
+    def served_models(self, registry: Registry | None = None) -> tuple[str, ...]:
+        """The models a worker with these settings serves: every registered model, or those of `worker_models`
+        (each must be registered)."""
+        registry = registry or self.registry()
+        if self.worker_models is None:
+            return tuple(registry.names())
+        unknown = [m for m in self.worker_models if m not in registry]
+        if unknown:
+            raise UsageError(f"--models / REELBATCH_WORKER_MODELS: {', '.join(map(repr, unknown))} not registered "
+                             f"here (registered: {', '.join(registry.names())})")
+        return tuple(dict.fromkeys(self.worker_models))
 
 
 def _check_attention(name: str) -> None:

@@ -6,6 +6,7 @@ import math
 import re
 from pathlib import Path
 
+from engine.models import MODEL_NAME
 from jobs.manifest.outputs import canonical_output
 from jobs.manifest.values import FieldError
 from jobs.notify.urls import BadUrl, allowed_prefixes
@@ -126,3 +127,9 @@ def path(raw: str) -> Path:
     return Path(raw).expanduser()
 
 
+def model_names(raw: str) -> tuple[str, ...]:
+    """Comma-separated model names, at least one."""
+    names = tuple(p.strip() for p in raw.split(",") if p.strip())
+    if not names or not all(re.fullmatch(MODEL_NAME, n) for n in names):
+        raise BadValue("expected comma-separated model names (letters, digits, '.', '_' and '-')")
+    return names

@@ -14,6 +14,7 @@ from jobs.settings.readers import (
     device,
     fraction,
     fraction_or_zero,
+    model_names,
     output,
     path,
     port,
@@ -84,7 +85,16 @@ VARIABLES: tuple[Variable, ...] = (
     V("REELBATCH_CACHE_DIR", "cache_dir", path, lambda: Path.home() / ".cache" / "reelbatch", "`~/.cache/reelbatch`",
       "built models, text embeddings, compile caches and quality gates"),
     V("REELBATCH_QUEUE", "queue", text, "render", "`render`",
-      "the Celery queue render tickets go to and workers consume (`reelbatch worker --queue`)"),
+      "the Celery queue render tickets go to and workers consume (`reelbatch worker --queue`); a model's tickets go "
+      "to `QUEUE.model.MODEL`, consumed by the workers that serve it"),
+    V("REELBATCH_WORKER_MODELS", "worker_models", model_names, None, "every registered model",
+      "comma-separated models a worker serves: it claims only their work (`reelbatch worker --models`)"),
+    V("REELBATCH_MAX_MODELS", "max_models", count, 2, "2",
+      "pipelines a worker keeps loaded; loading another unloads the least recently used (`reelbatch worker "
+      "--max-models`)"),
+    V("REELBATCH_AFFINITY_S", "affinity_s", price, 600.0, "600",
+      "seconds of waiting a loaded model's work is worth when a worker picks its next batch (the last batch's "
+      "shape: as much again); `0` turns the preference off"),
     # The engine.
     V("REELBATCH_MAX_BATCH", "max_batch", count, 4, "4",
       "largest same-shape batch per pipeline call (`reelbatch worker --max-batch`)"),

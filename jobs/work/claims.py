@@ -1,30 +1,67 @@
 """Taking work: a worker claims a same-shape batch of claimable units, each a lease (jobs.work.leases).
 
 Claimable (jobs.db.queries.claimable_units): pending, its turn (a long video's next chunk waits for the one before),
-past its retry backoff. The best claimable unit (highest rank: jobs.db.queries.unit_rank) decides the batch's shape,
-and as many units of that shape as the worker's max batch join it.
+past its retry backoff, and of a model the worker serves (`Serving`): work for a model no live worker serves waits.
+Among those, the best unit decides the batch's shape: the highest rank (jobs.db.queries.unit_rank), where a unit of
+a model the worker has loaded counts `affinity_s` seconds of waiting more, and one of its last batch's shape as much
+again. As many units of that shape as the worker's max batch for the model (its own, or the registration's if
+smaller) join it.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select, update
 
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.db.queries import Factory, claimable_units, waiting_units
 from jobs.db.rows import Run, Video, WorkUnit, utcnow
-from jobs.db.status import Status, move
+from jobs.db.status import Status, check_move
 from jobs.work.gate import Gate
 from storage.codecs import DEFAULT, Encoding
+
+# Claim order, best first: the order of the claim indexes (jobs.db.rows), so each probe reads one index entry.
+ORDER = (WorkUnit.rank.desc(), WorkUnit.id)
 
 
 def worker_id() -> str:
     """This process, as leases, worker sessions and webhook attempts name it: `host:pid`."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What a worker claims: units of `models` only, at most `max_batch[model]` at a time where a registration sets
+    a smaller batch, and, preferred by `affinity_s` seconds of rank, work for what it has warm: the `loaded` models
+    (their pipelines are in memory) and the `shape` of its last batch (its compiled graphs, its learnt batch size)."""
+
+    models: tuple[str, ...]
+    max_batch: Mapping[str, int] = field(default_factory=dict)
+    loaded: tuple[str, ...] = ()
+    shape: Shape | None = None
+    affinity_s: float = 0.0
+
+    def probes(self) -> list[tuple[tuple, float]]:
+        """(where-clauses, rank bonus) per probe: the last shape, each loaded model, each other served model. One
+        probe per model rather than `model IN (...)`: each is the first entry of its index range, where an IN list
+        would have PostgreSQL (before 17) sort every claimable unit of those models."""
+        loaded = [m for m in self.loaded if m in self.models]
+        probes: list[tuple[tuple, float]] = []
+        if self.affinity_s and self.shape is not None and self.shape.model in loaded:
+            probes.append(((WorkUnit.shape_key == self.shape.key(),), 2 * self.affinity_s))
+        probes += [((WorkUnit.model == m,), self.affinity_s) for m in loaded]
+        probes += [((WorkUnit.model == m,), 0.0) for m in self.models if m not in loaded]
+        return probes
+
+
+def served_by(models: tuple[str, ...] | None) -> tuple:
+    """The where-clause for units of `models` (None: every model)."""
+    return () if models is None else (WorkUnit.model.in_(models),)
 
 
 @dataclass(frozen=True)
@@ -67,94 +104,133 @@ class Claim:
 GATE_PASSES = 8
 
 
-def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float,
-                gate: Gate | None = None) -> Claim | None:
-    """Atomically take up to `max_batch` claimable units of one shape: the shape of the best claimable unit.
+def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float, serving: Serving | None = None,
+                where: tuple = (), gate: Gate | None = None) -> Claim | None:
+    """Atomically take up to `max_batch` claimable units of one shape: the shape of the best claimable unit that
+    `serving` allows (None: any model, no preference). `where`: more clauses a unit must meet to be claimable.
 
-    A unit marked solo (its batch failed before) is claimed alone. On PostgreSQL both selects use FOR UPDATE SKIP
-    LOCKED, so concurrent workers take disjoint units without waiting; on SQLite the transaction is BEGIN IMMEDIATE
-    (jobs.db.connect). With a `gate` (jobs.work.gate), the batch holds only what its runs' deadlines and cost caps
-    let start; the runs it holds back are passed over for the next best units.
+    A unit marked solo (its batch failed before) is claimed alone. On PostgreSQL every select uses FOR UPDATE SKIP
+    LOCKED, so concurrent workers take disjoint units without waiting (a probe's best unit that loses to another
+    probe's stays locked until this transaction ends, milliseconds, and other workers pass over it meanwhile); on
+    SQLite the transaction is BEGIN IMMEDIATE (jobs.db.connect). With a `gate` (jobs.work.gate), the batch holds only
+    what its runs' deadlines and cost caps let start; the runs it holds back are passed over for the next best units.
     """
     now = utcnow()
-    claimable = claimable_units(now)
-    order = (WorkUnit.rank.desc(), WorkUnit.id)
+    claimable = (*claimable_units(now), *where)
     with factory.begin() as s:
         held: set[int] = set()
         for _ in range(GATE_PASSES):
-            found = _select_batch(s, claimable, order, held, max_batch)
+            found = _select_batch(s, claimable, serving, held, max_batch)
             if found is None:
                 return None
-            units, videos, runs = found
+            units, rows = found
             if gate is None:
                 break
-            verdict = gate.admit(s, units, videos, runs, now)
+            verdict = gate.admit(s, units, {v.id: v for v, _ in rows.values()}, {r.id: r for _, r in rows.values()},
+                                 now)
             held |= verdict.held
             units = verdict.keep
             if units:
                 break
         else:
             return None
-        claimed = []
-        for unit in units:
-            video = videos[unit.video_id]
-            move(unit, video, Status.RUNNING)
-            unit.attempts += 1
-            video.attempts += 1
-            unit.lease_owner, unit.lease_token = owner, unit.lease_token + 1
-            unit.lease_expires_at = now + timedelta(seconds=lease_s)
-            if unit.chunk == 0:  # a long video started with its first chunk
-                video.started_at = now
-            claimed.append((unit, video, runs[video.run_id]))
-        s.flush()
+        for unit in units:  # pending -> running, as jobs.db.status.move would; written below in two statements
+            check_move(unit, Status.RUNNING)
+            check_move(rows[unit.video_id][0], Status.RUNNING)
+        _take(s, units, owner, now, now + timedelta(seconds=lease_s))
+        claimed = [(u, *rows[u.video_id]) for u in units]
         u0, v0, run0 = claimed[0]
         shape = Shape(run0.model, v0.width, v0.height, u0.frames, v0.steps, v0.guidance)
+        # The rows in the session still hold the values read under their locks: the lease token and the attempts
+        # are one more now.
         return Claim(
             RenderBatch(shape, tuple(RenderRequest(v.id, v.prompt, v.negative_prompt, v.seed) for _, v, _ in claimed)),
-            tuple(ClaimedUnit(u.id, u.lease_token, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
-                              u.attempts, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap,
+            tuple(ClaimedUnit(u.id, u.lease_token + 1, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
+                              u.attempts + 1, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap,
                               Encoding(r.codec, r.crf, r.preset))
                   for u, v, r in claimed),
         )
 
 
-def _select_batch(s, claimable: tuple, order: tuple, held: set[int], max_batch: int):
-    """The best claimable unit (not of a `held` run) and up to `max_batch` - 1 more of its shape, locked; with their
-    videos and runs. None when nothing is claimable."""
+def _select_batch(s, claimable: tuple, serving: Serving | None, held: set[int], max_batch: int):
+    """The best claimable unit (not of a `held` run) and up to its batch limit - 1 more of its shape, locked; with
+    their videos and runs ({video id: (video, run)}). None when nothing is claimable."""
     where = claimable
-    if held:  # only when some run is held back, so the usual claim stays one indexed scan
+    if held:  # only when some run is held back, so the usual claim stays one indexed probe a model
         where = (*claimable, WorkUnit.video_id.not_in(select(Video.id).where(Video.run_id.in_(held))))
-    first = s.scalar(select(WorkUnit).where(*where).order_by(*order).limit(1).with_for_update(skip_locked=True))
+    first = _best(s, where, serving)
     if first is None:
         return None
+    limit = min(max_batch, serving.max_batch.get(first.model, max_batch)) if serving is not None else max_batch
     units = [first]
-    if not first.solo and max_batch > 1:
+    if not first.solo and limit > 1:
         units += s.scalars(select(WorkUnit).where(*where, WorkUnit.shape_key == first.shape_key,
                                                   WorkUnit.solo.is_(False), WorkUnit.id != first.id)
-                           .order_by(*order).limit(max_batch - 1).with_for_update(skip_locked=True))
-    videos = {v.id: v for v in s.scalars(select(Video).where(Video.id.in_([u.video_id for u in units])))}
-    runs = {r.id: r for r in s.scalars(select(Run).where(Run.id.in_({v.run_id for v in videos.values()})))}
-    return units, videos, runs
+                           .order_by(*ORDER).limit(limit - 1).with_for_update(skip_locked=True))
+    rows = {v.id: (v, r) for v, r in s.execute(select(Video, Run).join(Run, Run.id == Video.run_id)
+                                                  .where(Video.id.in_([u.video_id for u in units])))}
+    return units, rows
 
 
-def claimable_count(factory: Factory) -> int:
-    """How many units a worker could claim now."""
+def _take(s, units: list[WorkUnit], owner: str, now, expires) -> None:
+    """The claim's writes, one statement per table whatever the batch's size (row by row, a batch of four cost eight
+    round trips): each unit running under a new lease and token, one more attempt on it and on its video, and a
+    video's start time when its first chunk starts."""
+    plain = {"synchronize_session": False}
+    s.execute(update(WorkUnit).where(WorkUnit.id.in_([u.id for u in units]))
+              .values(status=Status.RUNNING, attempts=WorkUnit.attempts + 1, lease_owner=owner,
+                      lease_token=WorkUnit.lease_token + 1, lease_expires_at=expires).execution_options(**plain))
+    first_chunks = [u.video_id for u in units if u.chunk == 0]
+    s.execute(update(Video).where(Video.id.in_([u.video_id for u in units]))
+              .values(status=Status.RUNNING, attempts=Video.attempts + 1,
+                      started_at=case((Video.id.in_(first_chunks), now), else_=Video.started_at))
+              .execution_options(**plain))
+
+
+def _best(s, claimable: tuple, serving: Serving | None) -> WorkUnit | None:
+    """The best claimable unit, locked: the highest rank plus its probe's bonus; on a tie, the earlier probe."""
+    best, best_score = None, 0.0
+    for clauses, bonus in serving.probes() if serving is not None else [((), 0.0)]:
+        unit = s.scalar(select(WorkUnit).where(*claimable, *clauses).order_by(*ORDER).limit(1)
+                        .with_for_update(skip_locked=True))
+        if unit is not None and (best is None or unit.rank + bonus > best_score):
+            best, best_score = unit, unit.rank + bonus
+    return best
+
+
+def claimable_count(factory: Factory, models: tuple[str, ...] | None = None) -> int:
+    """How many units a worker serving `models` (None: every model) could claim now."""
     with factory() as s:
-        return s.scalar(select(func.count()).select_from(WorkUnit).where(*claimable_units(utcnow())))
+        return s.scalar(select(func.count()).select_from(WorkUnit)
+                        .where(*claimable_units(utcnow()), *served_by(models)))
 
 
-def any_claimable(factory: Factory) -> bool:
-    """Is any unit waiting that a worker could claim now?"""
+def any_claimable(factory: Factory, models: tuple[str, ...] | None = None) -> bool:
+    """Is any unit waiting that a worker serving `models` (None: every model) could claim now?"""
+    if models is not None:
+        return next_model(factory, models) is not None
     with factory() as s:
         return s.scalar(select(WorkUnit.id).where(*claimable_units(utcnow())).limit(1)) is not None
 
 
-def waiting_shapes(factory: Factory, limit: int = 4) -> list[tuple[Shape, int]]:
-    """The shapes of waiting work (backoff or not), with how many units wait in each, the most first."""
+def next_model(factory: Factory, models: tuple[str, ...], prefer: str | None = None) -> str | None:
+    """The first of `prefer`, then `models`, with a unit claimable now (one index probe each); None if none has."""
+    order = ([prefer] if prefer in models else []) + [m for m in models if m != prefer]
+    now = utcnow()
+    with factory() as s:
+        for model in order:
+            if s.scalar(select(WorkUnit.id).where(*claimable_units(now), WorkUnit.model == model).limit(1)):
+                return model
+    return None
+
+
+def waiting_shapes(factory: Factory, limit: int = 4, models: tuple[str, ...] | None = None) -> list[tuple[Shape, int]]:
+    """The shapes of waiting work (backoff or not) of `models` (None: every model), with how many units wait in
+    each, the most first."""
     count = func.count(WorkUnit.id)
     columns = (Run.model, Video.width, Video.height, WorkUnit.frames, Video.steps, Video.guidance)
     with factory() as s:
         rows = s.execute(select(*columns, count).join(Video, WorkUnit.video_id == Video.id)
-                         .join(Run, Video.run_id == Run.id).where(*waiting_units())
+                         .join(Run, Video.run_id == Run.id).where(*waiting_units(), *served_by(models))
                          .group_by(*columns).order_by(count.desc()).limit(limit)).all()
     return [(Shape(*row[:6]), row[6]) for row in rows]

@@ -48,11 +48,12 @@ log = logging.getLogger(__name__)
 
 
 def fire_due(factory: queries.Factory, settings: Settings, now: datetime,
-             send_tickets: Callable[[int], object]) -> list[FiringResult]:
+             send_tickets: Callable[[int, str], object]) -> list[FiringResult]:
     """Fire every schedule whose latest fire time at or before `now` (aware) is after its creation and not yet fired,
     and finish firings another process left in progress for RESUME_AFTER. Returns the firings this call made or
     finished; a firing another caller already has is skipped. A bad or unreadable manifest is a failed firing
     (`ok` false, `errors`), never an exception; an unexpected error is logged and its firing finished later.
+    `send_tickets(n, model)` queues a made run's tickets on its model's queue.
     """
     if now.tzinfo is None:
         raise ValueError("fire_due needs an aware `now` (UTC)")
@@ -110,7 +111,7 @@ def _take_over(factory: queries.Factory, ids: list[int]) -> list[tuple[int, int,
 
 
 def _complete(factory, settings: Settings, sc: Schedule, firing_id: int, fire_time: datetime, resumed: bool,
-              send_tickets: Callable[[int], object]) -> FiringResult:
+              send_tickets: Callable[[int, str], object]) -> FiringResult:
     run_name = run_name_for(sc.name, fire_time)
     run_id = None
     if resumed:
@@ -118,6 +119,8 @@ def _complete(factory, settings: Settings, sc: Schedule, firing_id: int, fire_ti
             run_id = s.scalar(select(Run.id).where(Run.name == run_name))
     if run_id is not None:  # the process that died had made the run: adopt it
         pending = queries.pending_unit_count(factory, run_name)
+        with factory() as s:
+            model = s.scalar(select(Run.model).where(Run.id == run_id))
     else:
         try:
             submitted = _submit(factory, settings, _load(settings, sc.manifest, run_name, sc.notify_url))
@@ -128,9 +131,9 @@ def _complete(factory, settings: Settings, sc: Schedule, firing_id: int, fire_ti
             _finish(factory, firing_id, ok=False, errors=errors)
             log.warning("schedule %s: firing %s failed:\n%s", sc.name, fire_time.strftime(STAMP), errors)
             return FiringResult(sc.name, fire_time, run_name, False, None, errors, resumed)
-        run_id, pending = submitted.run_id, submitted.pending_units
+        run_id, pending, model = submitted.run_id, submitted.pending_units, submitted.model
     if pending:
-        send_tickets(pending)
+        send_tickets(pending, model)
     _finish(factory, firing_id, ok=True, run_id=run_id)
     return FiringResult(sc.name, fire_time, run_name, True, run_id, None, resumed)
 

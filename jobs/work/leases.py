@@ -9,9 +9,10 @@ Lease times come from the workers' clocks: keep them NTP-synchronised (leases ar
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_, update
 from sqlalchemy.orm import Session
 
 from jobs.db.queries import Factory
@@ -29,25 +30,28 @@ def fenced(s: Session, unit: ClaimedUnit) -> tuple[WorkUnit, Video] | None:
 
 
 def renew(factory: Factory, units: tuple[ClaimedUnit, ...], lease_s: float) -> set[int]:
-    """Extend the leases this worker still holds; returns the ids of those units (a missing id was taken over)."""
-    held = set()
+    """Extend the leases this worker still holds; returns the ids of those units (a missing id was taken over).
+
+    One statement for the batch, fenced as `fenced` is (the unit running under this worker's token): a renewal runs
+    for every rendering worker every third of a lease, and a select, a lock and an update per unit made it most of
+    the control plane's row locking (docs/SCALE.md)."""
+    expires = utcnow() + timedelta(seconds=lease_s)
     with factory.begin() as s:
-        expires = utcnow() + timedelta(seconds=lease_s)
-        for unit in units:
-            rows = fenced(s, unit)
-            if rows is not None:
-                rows[0].lease_expires_at = expires
-                held.add(unit.unit_id)
-    return held
+        return set(s.scalars(
+            update(WorkUnit).where(tuple_(WorkUnit.id, WorkUnit.lease_token).in_([(u.unit_id, u.token) for u in units]),
+                                   WorkUnit.status == Status.RUNNING)
+            .values(lease_expires_at=expires).returning(WorkUnit.id)
+            .execution_options(synchronize_session=False)))
 
 
-def reap_expired(factory: Factory, *, max_attempts: int) -> int:
-    """Return units whose lease expired (a killed, frozen or partitioned worker) to pending; returns how many.
+def reap_expired(factory: Factory, *, max_attempts: int) -> Counter[str]:
+    """Return units whose lease expired (a killed, frozen or partitioned worker) to pending; returns how many, by
+    model (each needs a ticket on its model's queue).
 
     The claim that expired counted as an attempt: a unit that has used `max_attempts` is failed instead, so a video
     that kills its worker every time cannot loop forever.
     """
-    requeued = 0
+    requeued: Counter[str] = Counter()
     with factory.begin() as s:
         expired = list(s.scalars(select(WorkUnit).where(WorkUnit.status == Status.RUNNING,
                                                         WorkUnit.lease_expires_at < utcnow())
@@ -55,7 +59,8 @@ def reap_expired(factory: Factory, *, max_attempts: int) -> int:
         for unit in expired:
             video = s.get(Video, unit.video_id)
             error = f"lease expired: worker {unit.lease_owner} stopped renewing it (attempt {unit.attempts})"
-            requeued += retry_or_fail(s, unit, video, error, max_attempts=max_attempts, not_before=None)
+            if retry_or_fail(s, unit, video, error, max_attempts=max_attempts, not_before=None):
+                requeued[unit.model] += 1
     return requeued
 
 

@@ -99,9 +99,16 @@ def finisher() -> Finisher:
 
 
 @lru_cache(maxsize=1)
+def served() -> tuple[str, ...]:
+    """The models this worker serves (`--models`, else every registered one): it claims only their work."""
+    return settings().served_models()
+
+
+@lru_cache(maxsize=1)
 def meter() -> Meter:
-    """This rendering process's clock of paid time; its session opens when the process is ready (jobs.cost.ledger)."""
-    return Meter(settings().gpu_rate(), session_factory(settings().database_url), worker_id())
+    """This rendering process's clock of paid time; its session opens when the process is ready (jobs.cost.ledger)
+    and records the models it serves (`reelbatch status` names pending work that no live session serves)."""
+    return Meter(settings().gpu_rate(), session_factory(settings().database_url), worker_id(), models=served())
 
 
 _sweeper_pid: int | None = None
@@ -124,7 +131,8 @@ def start_sweeper() -> None:
         paid.open()
     except Exception:  # noqa: BLE001 - the database is away: the first heartbeat that reaches it opens the session
         log.warning("could not open the worker session; the sweeper will", exc_info=True)
-    Sweeper(config, session_factory(config.database_url), busy, lambda n: send_tickets(app, n), paid).start()
+    Sweeper(config, session_factory(config.database_url), busy, lambda n, model: send_tickets(app, n, model), paid,
+            models=served()).start()
 
 
 def finish_stores(**_) -> None:

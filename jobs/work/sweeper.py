@@ -2,9 +2,10 @@
 deliveries (jobs.notify).
 
 Tickets can go missing by design (a retry waits out its backoff, a dead worker's unit is reaped long after its ticket
-was used), so every worker process sweeps: it returns expired leases to pending and, when it is idle while work is
-claimable, sends itself a ticket. Extra tickets are harmless (an empty claim is a no-op); at most one per idle worker
-per interval is sent, so the queue never floods. It is also the process's heartbeat for the cost ledger
+was used), so every worker process sweeps: it returns expired leases to pending (with a ticket each, on its model's
+queue) and, when it is idle while work it serves is claimable, sends a ticket to that model's queue, which it
+consumes. Extra tickets are harmless (an empty claim is a no-op); at most one per idle worker per interval is sent,
+so the queue never floods. It is also the process's heartbeat for the cost ledger
 (jobs.cost.ledger): it records the worker session's up time, and closes the sessions of workers whose heartbeats stopped.
 Webhooks: it opens the notifications of finished runs nobody noticed, then retries the deliveries that are due; any
 worker's sweeper may send any run's, one at a time (jobs.notify.outbox leases them).
@@ -30,11 +31,13 @@ log = logging.getLogger(__name__)
 
 
 class Sweeper(threading.Thread):
-    def __init__(self, settings: Settings, factory, busy: threading.Event, send_tickets: Callable[[int], None],
-                 meter: Meter | None = None):
+    """`send_tickets(n, model)` sends n tickets to a model's queue; `models` are those this worker serves."""
+
+    def __init__(self, settings: Settings, factory, busy: threading.Event, send_tickets: Callable[[int, str], None],
+                 meter: Meter | None, models: tuple[str, ...]):
         super().__init__(name="reelbatch-sweeper", daemon=True)
         self.settings, self.factory, self.busy, self.send_tickets = settings, factory, busy, send_tickets
-        self.meter = meter
+        self.meter, self.models = meter, models
         # Often enough that reaped work restarts within a fraction of a lease; rarely enough to cost nothing.
         self.interval = max(1.0, min(15.0, settings.lease_s / 4))
         self.stopped = threading.Event()
@@ -54,12 +57,14 @@ class Sweeper(threading.Thread):
         if lost := ledger.close_lost_sessions(self.factory, 3 * self.settings.lease_s):
             log.warning("closed %d worker sessions whose heartbeats stopped", lost)
         requeued = leases.reap_expired(self.factory, max_attempts=self.settings.max_attempts)
-        prometheus.QUEUE_DEPTH.set(claims.claimable_count(self.factory))
+        if self.settings.metrics_port:  # a count of every claimable unit: only where someone reads it
+            prometheus.QUEUE_DEPTH.set(claims.claimable_count(self.factory, self.models))
         if requeued:
-            log.warning("returned %d units with expired leases to the queue", requeued)
-            self.send_tickets(requeued)
-        elif not self.busy.is_set() and claims.any_claimable(self.factory):
-            self.send_tickets(1)
+            log.warning("returned %d units with expired leases to the queue", requeued.total())
+            for model, n in requeued.items():
+                self.send_tickets(n, model)
+        elif not self.busy.is_set() and (model := claims.next_model(self.factory, self.models)) is not None:
+            self.send_tickets(1, model)
         self.keep_deadlines()  # whatever it meets, leases were reaped and tickets sent
         finished.catch_up(self.settings, self.factory)
         send.deliver_due(self.settings, self.factory)

@@ -36,11 +36,14 @@ def render_next() -> dict:
     try:
         _compile_ahead(settings, engine, factory)
         result = render_next_batch(settings, engine, factory, process.finisher() if settings.overlap else None,
-                                   on_ready=lambda n: send_tickets(app, n), meter=process.meter(), stopping=stopping)
+                                   on_ready=lambda n, model: send_tickets(app, n, model), meter=process.meter(),
+                                   stopping=stopping)
     finally:
         process.busy.clear()
-    if result.claimed and claims.any_claimable(factory):
-        send_tickets(app, 1)
+    # Pass the ticket on, to the queue of a model this worker serves that has work waiting (this batch's first).
+    last = engine.last_shape.model if engine.last_shape else None
+    if result.claimed and (model := claims.next_model(factory, process.served(), prefer=last)) is not None:
+        send_tickets(app, 1, model)
     return result.__dict__
 
 
@@ -60,4 +63,4 @@ def fire_schedules() -> int:
     """Sent by `reelbatch beat`: fire every schedule that is due. Idempotent: each fire time makes one run."""
     settings, app = process.settings(), fire_schedules.app
     return len(fire_due(session_factory(settings.database_url), settings, datetime.now(timezone.utc),
-                        lambda n: send_tickets(app, n)))
+                        lambda n, model: send_tickets(app, n, model)))

@@ -111,9 +111,10 @@ class Workers:
         self.env, self.cwd = env, cwd
         self.all: list[Worker] = []
 
-    def start(self, pool: str = "solo", *args: str) -> Worker:
+    def start(self, pool: str = "solo", args: tuple[str, ...] = (), env: dict | None = None) -> Worker:
+        """A worker with `args` for `reelbatch worker` and `env` over the shared environment."""
         name = f"w{len(self.all)}"
-        worker = Worker(name, self.env, self.cwd, self.cwd / f"worker-{name}.log", pool, args)
+        worker = Worker(name, {**self.env, **(env or {})}, self.cwd, self.cwd / f"worker-{name}.log", pool, args)
         self.all.append(worker)
         return worker
 

@@ -37,7 +37,7 @@ def test_sigterm_with_a_short_grace_hands_the_batch_to_another_worker_at_once(tm
     farm = make_farm(tmp_path, cli_env, database_url=postgres_url, broker_url=redis_server, bucket=s3_env,
                      lease_s=LEASE_S)
     with Workers(farm.env, farm.cwd) as workers:
-        spot = workers.start("prefork", "--grace", "1")
+        spot = workers.start("prefork", ("--grace", "1"))
         other = workers.start("solo")
         farm.submit()
 
@@ -88,7 +88,7 @@ def test_a_preempted_long_video_keeps_its_finished_chunks(tmp_path, cli_env, pos
                 select(WorkUnit.chunk, WorkUnit.status, WorkUnit.attempts).order_by(WorkUnit.chunk))}
 
     with Workers(farm.env, farm.cwd) as workers:
-        spot = workers.start("solo", "--grace", "0")
+        spot = workers.start("solo", ("--grace", "0"))
         wait_for("the second chunk rendering", lambda: chunks().get(1, ("",))[0] == "running"
                  and rendering_its(2, spot), 180, interval=0.1, diagnose=workers.tails)
         spot.signal(signal.SIGTERM)

@@ -1,6 +1,7 @@
 """The operator's models file: names mapped to local diffusers folders, loaded with safetensors only."""
 
 import shutil
+import weakref
 
 import numpy as np
 import pytest
@@ -59,3 +60,54 @@ def test_an_unknown_chunk_condition_is_refused(model_cache, tmp_path):
     models.write_text(f"m:\n  path: {ensure_tiny(model_cache)}\n  chunk_condition: sharp\n")
     with pytest.raises(ModelNotFound, match=r"model 'm': chunk_condition must be one of noised, clean, got 'sharp'"):
         load_registry(models)
+
+
+def test_a_registration_may_cap_its_batch(model_cache, tmp_path):
+    models = tmp_path / "models.yaml"
+    folder = ensure_tiny(model_cache)
+    models.write_text(f"big:\n  path: {folder}\n  max_batch: 2\nsmall:\n  path: {folder}\n")
+    registry = load_registry(models)
+    assert registry.get("big").max_batch == 2 and registry.get("small").max_batch is None
+
+
+@pytest.mark.parametrize("entry,message", [
+    ("  max_batch: 0\n", r"model 'm': max_batch must be a whole number of at least 1, got 0"),
+    ("  max_batch: 2.5\n", r"model 'm': max_batch must be a whole number of at least 1, got 2.5"),
+])
+def test_a_bad_max_batch_is_refused(model_cache, tmp_path, entry, message):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"m:\n  path: {ensure_tiny(model_cache)}\n{entry}")
+    with pytest.raises(ModelNotFound, match=message):
+        load_registry(models)
+
+
+def test_a_model_name_that_cannot_name_a_queue_is_refused(model_cache, tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"'wan 14b,fast':\n  path: {ensure_tiny(model_cache)}\n")
+    with pytest.raises(ModelNotFound, match=r"model 'wan 14b,fast': a name has letters, digits"):
+        load_registry(models)
+
+
+def test_at_most_max_models_pipelines_stay_loaded_least_recently_used_leaves(model_cache, tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"other:\n  path: {ensure_tiny(model_cache)}\n")
+    registry = load_registry(models)
+    request = (RenderRequest(1, "a red circle moving left on a black background", None, 3),)
+
+    def render(engine, model, frames):
+        engine.render(RenderBatch(Shape(model, 32, 32, frames, 1, 1.0), request))
+
+    one = Engine(EngineConfig(cache_dir=model_cache, max_models=1), registry)
+    render(one, "tiny", 5)
+    tiny = weakref.ref(one.pipeline("tiny"))
+    render(one, "toy", 9)
+    assert one.loaded() == ("toy",)
+    assert tiny() is None, "the unloaded pipeline is freed, not merely forgotten"
+    assert one.last_shape == Shape("toy", 32, 32, 9, 1, 1.0)
+
+    two = Engine(EngineConfig(cache_dir=model_cache, max_models=2), registry)
+    for model, frames in [("tiny", 5), ("toy", 9), ("tiny", 5)]:
+        render(two, model, frames)
+    assert two.loaded() == ("toy", "tiny"), "least recently used first"
+    render(two, "other", 5)
+    assert two.loaded() == ("tiny", "other"), "toy was used least recently, so toy left"

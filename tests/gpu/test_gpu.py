@@ -2,6 +2,7 @@
 which scripts/gpu_check.sh sets on a GPU machine; there they fail rather than skip without a GPU."""
 
 import dataclasses
+import gc
 
 import numpy as np
 import pytest
@@ -59,3 +60,24 @@ def test_the_text_encoder_leaves_the_device_and_output_does_not_change(cache):
     assert offloaded.text_cache.stats.misses >= 2
     for x, y in zip(a, b):  # the same encoder on the same device: the same embeddings
         assert np.abs(x.frames.astype(int) - y.frames.astype(int)).mean() < 0.01
+
+
+def test_an_unloaded_pipeline_gives_its_device_memory_back(cache):
+    """With at most one pipeline loaded, switching models frees the one that leaves: the device holds one model's
+    weights at a time, not both (engine.engine.Engine._make_room: collect, then empty torch's cache)."""
+    request = (RenderRequest(1, "a red circle moving left on a black background", None, 5),)
+    toy = RenderBatch(Shape("toy", 32, 32, 9, 2, 2.0), request)
+    both = Engine(EngineConfig(cache_dir=cache, max_models=2, text_cache=False), Registry())
+    both.render(toy)
+    both.render(RenderBatch(SHAPE, request))
+    held_both = torch.cuda.memory_allocated()
+    del both
+    gc.collect()
+    one = Engine(EngineConfig(cache_dir=cache, max_models=1, text_cache=False), Registry())
+    one.render(toy)
+    one.render(RenderBatch(SHAPE, request))  # tiny in, toy out
+    assert one.loaded() == ("tiny",)
+    held_one = torch.cuda.memory_allocated()
+    one.render(toy)  # and back
+    assert one.loaded() == ("toy",)
+    assert held_one < held_both and torch.cuda.memory_allocated() < held_both, (held_one, held_both)

@@ -105,6 +105,27 @@ def test_submit_records_run_videos_and_units(factory, registry, tmp_path):
     assert len(units) == 2 and {u.shape_key for u in units} == {"tiny|64x64|f9|s4|g5"}
 
 
+def test_a_long_videos_units_are_recorded_in_bulk_with_every_default(factory, registry, tmp_path):
+    """submit_run writes rows in bulk (COPY on PostgreSQL): each column the ORM would fill is filled."""
+    spec = load_manifest(write_manifest(tmp_path, "long", 3, [("l", "a red circle", "    duration_s: 10\n"),
+                                                              ("s", "a blue square", "")]), registry=registry)
+    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    with factory() as session:
+        videos = {v.key: v for v in session.scalars(select(Video))}
+        units = sorted((u.video_id, u.chunk, u.ready, u.model, u.priority, u.attempts, u.solo, u.lease_token,
+                        u.frames, Status(u.status)) for u in session.scalars(select(WorkUnit)))
+    long, short = videos["l"], videos["s"]
+    # tiny's window is 33 frames (9 latents) sharing 2 latents: 10 s at 8 fps is 81 frames (21 latents), in 3 chunks
+    # of 9, 7 and 7 new latents (engine.chunks).
+    assert (long.chunks, long.frames, short.chunks) == (3, 81, 1)
+    assert units == [(long.id, 0, True, "tiny", 3, 0, False, 0, 33, Status.PENDING),
+                     (long.id, 1, False, "tiny", 3, 0, False, 0, 33, Status.PENDING),
+                     (long.id, 2, False, "tiny", 3, 0, False, 0, 33, Status.PENDING),
+                     (short.id, 0, True, "tiny", 3, 0, False, 0, 9, Status.PENDING)]
+    assert (long.attempts, long.needs_review, long.started_at) == (0, False, None)
+    assert long.created_at is not None and long.updated_at is not None
+
+
 def test_same_content_is_idempotent_new_run_gets_a_suffix_and_name_clash_is_refused(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path), registry=registry)
     first = queries.submit_run(factory, spec, output="file:///tmp/out/")

@@ -113,7 +113,7 @@ def test_a_worker_lost_between_chunks_resumes_from_the_checkpoint(farm):
     dead = claims.claim_batch(factory, owner="dead-worker", max_batch=4, lease_s=0.3)
     assert [(u.key, u.chunk) for u in dead.units] == [("long", 1)]
     time.sleep(0.5)
-    assert leases.reap_expired(factory, max_attempts=3) == 1
+    assert leases.reap_expired(factory, max_attempts=3) == {"tiny": 1}
     while render_next_batch(settings, engine, factory).claimed:
         pass
     by_chunk = {c: (st, a) for k, c, st, a, _ in units(factory) if k == "long"}
@@ -196,7 +196,7 @@ def test_a_last_chunk_whose_upload_outlived_its_worker_is_adopted_and_its_checkp
     stored = (out / "l" / "long.mp4").read_bytes()
     assert any((out / "_chunks").rglob("*.safetensors"))
     time.sleep(0.7)
-    assert leases.reap_expired(factory, max_attempts=3) == 1
+    assert leases.reap_expired(factory, max_attempts=3) == {"tiny": 1}
     again = render_next_batch(settings, engine, factory)
     assert (again.claimed, again.succeeded) == (1, 1)
     with factory() as s:

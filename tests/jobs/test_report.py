@@ -118,3 +118,33 @@ def test_capacity_plan_levels_from_a_run():
     assert measured["assumptions"]["measured_utilisation"] == pytest.approx(0.4)
     assert measured["assumptions"]["utilisation_source"].startswith("worker sessions")
     assert measured["levels"][1]["videos_per_hour"] == pytest.approx(576 * 0.4)
+
+
+def test_the_text_report_of_a_large_run_lists_its_first_hundred_videos():
+    import io
+
+    from rich.console import Console
+
+    from jobs.reports.text import print_report
+
+    run = Run(id=8, name="big", model="tiny", output="file:///o/", priority=0, source="m.jsonl", created_at=T0)
+    rows = [(video(f"v{i:03d}", Status.SUCCEEDED, start=1, end=2, render=2.0), 1000) for i in range(101)]
+    rows.append((video("w", Status.FAILED, start=1, end=2, error="RenderError: blank frames"), 0))
+    text = io.StringIO()
+    print_report(Console(file=text, width=200), report_dict(run, rows))
+    lines = text.getvalue().splitlines()
+    assert sum(line.startswith("v") for line in lines) == 100 and not any(line.startswith("v100 ") for line in lines)
+    assert "  w: RenderError: blank frames" in lines, "errors are listed whatever their row"
+    assert "(the first 100 of 102 videos and of 1 errors; `reelbatch report big --json` or `--results` lists every " \
+           "one)" in text.getvalue()
+
+
+def test_the_text_reports_data_lists_only_what_it_shows():
+    run = Run(id=9, name="big", model="tiny", output="file:///o/", priority=0, source="m.jsonl", created_at=T0)
+    rows = [(video(f"v{i}", Status.SUCCEEDED, start=1, end=2, render=2.0), 1000) for i in range(5)]
+    rows.insert(3, (video("w", Status.FAILED, start=1, end=2, error="RenderError: blank frames"), 0))
+    listed = report_dict(run, rows, listed=2)
+    assert [v["id"] for v in listed["videos"]] == ["v0", "v1", "w"]
+    assert listed["counts"]["succeeded"] == 5 and listed["counts"]["failed"] == 1
+    assert {k: v for k, v in listed.items() if k != "videos"} == {
+        k: v for k, v in report_dict(run, rows).items() if k != "videos"}

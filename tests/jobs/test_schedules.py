@@ -54,7 +54,8 @@ def broker(celery):
 def fire_due(celery):
     """jobs.work.firing.fire_due sending its tickets through this module's app, as the worker's task does."""
     app = celery[0]
-    return lambda factory, settings, now: firing.fire_due(factory, settings, now, lambda n: send_tickets(app, n))
+    return lambda factory, settings, now: firing.fire_due(factory, settings, now,
+                                                          lambda n, model: send_tickets(app, n, model))
 
 
 def tickets(broker) -> int:

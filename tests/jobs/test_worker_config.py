@@ -9,6 +9,7 @@ import pytest
 from jobs.errors import UsageError
 from jobs.settings import Settings
 from jobs.work.app import check_worker_config, create_app
+from tests.conftest import REPO
 
 
 def settings(**changes):
@@ -130,3 +131,25 @@ def test_a_bad_log_format_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "jobs", "worker", "--log-format", "xml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--log-format must be text or json, got 'xml'" in proc.stderr
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["--models", "tiny,wan-14b"], {},
+     "--models / REELBATCH_WORKER_MODELS: 'wan-14b' not registered here (registered: tiny, toy)"),
+    (["--models", "wan 14b"], {},
+     "--models: expected comma-separated model names (letters, digits, '.', '_' and '-'), got 'wan 14b'"),
+    ([], {"REELBATCH_WORKER_MODELS": ","},
+     "environment variable REELBATCH_WORKER_MODELS: expected comma-separated model names"),
+])
+def test_worker_command_refuses_models_it_cannot_serve(tmp_path, args, env, message):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "REELBATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'w.db'}",
+           "PYTHONPATH": str(REPO), **env}  # this checkout's code, whatever the venv's editable install points at
+    proc = subprocess.run([sys.executable, "-m", "jobs", "worker", *args], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert message in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_a_worker_serves_every_registered_model_unless_narrowed():
+    assert settings().served_models() == ("tiny", "toy")
+    assert settings(worker_models=("toy", "toy")).served_models() == ("toy",)

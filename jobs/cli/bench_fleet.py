@@ -1,0 +1,67 @@
+"""`reelbatch bench --fleet` and `--scale`: the control plane measured (jobs.bench.fleet, jobs.bench.scale), printed."""
+
+from __future__ import annotations
+
+import json
+
+from rich.progress import Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from jobs.cli.console import err, fail, out
+from jobs.errors import ReelbatchError
+from jobs.settings import Settings
+
+
+def bench_fleet(levels: tuple[int, ...], factor: float, batch_s: float, json_: bool) -> None:
+    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+                  disable=json_) as bar:
+        task = bar.add_task("bench --fleet")
+        try:
+            from jobs.bench.fleet import run_fleet  # here, not at the top: multiprocessing and kombu only here
+
+            result = run_fleet(Settings.from_env(), levels=levels, factor=factor, batch_s=batch_s, on_level=lambda n: (
+                bar.update(task, description=f"bench --fleet: {n} simulated workers ({n / factor:,.0f} GPUs)")))
+        except ReelbatchError as exc:
+            fail(exc)
+    if json_:
+        out.print_json(json.dumps(result.to_dict()))
+        return
+    out.print(f"[bold]bench --fleet[/bold]: {result.batch_s:g} s batches of up to {result.max_batch}, time x"
+              f"{result.factor:g} (1 simulated worker = {1 / result.factor:g} GPUs), up to {result.processes} "
+              f"processes and {result.connections} PostgreSQL connections", highlight=False)
+    table = Table("GPUs", "cycles/s", "of offered", "claim P50 ms", "P99 ms", "DB CPU ms/video", "xact/video",
+                  "supports GPUs", "dup", "lost", "failed", "wasted", box=None)
+    for lv in result.levels:
+        db_cpu = "" if lv.db_cpu_ms_per_video is None else f"{lv.db_cpu_ms_per_video:.2f}"
+        table.add_row(f"{lv.gpus:,.0f}", f"{lv.cycles_per_s:.1f}", f"{lv.keeps_up:.0%}", f"{lv.claim_ms['p50']:.1f}",
+                      f"{lv.claim_ms['p99']:.1f}", db_cpu,
+                      f"{lv.transactions_per_video:.1f}", f"{lv.supports_gpus:,.0f}", str(lv.duplicates),
+                      str(lv.lost), str(lv.failed), str(lv.wasted_attempts))
+    out.print(table)
+    out.print(f"supported within the targets (claim P99 < 100 ms, kept up, nothing lost, failed or doubled): "
+              f"{result.supported_gpus():,.0f} GPUs", highlight=False)
+
+
+def bench_scale(videos: int, finished: int, json_: bool) -> None:
+    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+                  disable=json_) as bar:
+        task = bar.add_task("bench --scale")
+        try:
+            from jobs.bench.scale import run_scale  # here, not at the top: it starts subprocesses of the CLI
+
+            r = run_scale(Settings.from_env(), videos=videos, finished=finished,
+                          on_step=lambda what: bar.update(task, description=f"bench --scale: {what}"))
+        except ReelbatchError as exc:
+            fail(exc)
+    if json_:
+        out.print_json(json.dumps(r.to_dict()))
+        return
+    a, b = r.claim_ms_pending_only, r.claim_ms_with_finished
+    out.print(f"[bold]bench --scale[/bold]: a {r.videos:,}-video run; {r.finished:,} finished videos added",
+              highlight=False)
+    out.print(f"submit {r.submit_s:.1f} s ({r.submit_cpu_s:.1f} s CPU), status {r.status_s:.2f} s "
+              f"({r.status_cpu_s:.2f} s CPU; its queries {r.status_work_s:.2f} s), report {r.report_s:.2f} s "
+              f"({r.report_cpu_s:.2f} s CPU; its work {r.report_work_s:.2f} s), each a fresh process", highlight=False)
+    out.print(f"claim P50/P99 {a['p50']:.1f}/{a['p99']:.1f} ms with the run pending, {b['p50']:.1f}/{b['p99']:.1f} "
+              f"ms with {r.finished:,} finished videos in the tables", highlight=False)
+    out.print("the claim probe's plan:\n  " + "\n  ".join(r.claim_plan), highlight=False, markup=False)
