@@ -262,7 +262,7 @@ def _check_shape(pipe, shape) -> None:
     multiples of 16), refused here with the numbers: 16 for Wan 2.1 and 2.2 A14B, 32 for TI2V (16x VAE, 2x2
     patches)."""
     temporal = pipe.vae_scale_factor_temporal
-    patch = (pipe.transformer or pipe.transformer_2).config.patch_size
+    patch = (pipe.transformer if pipe.transformer is not None else pipe.transformer_2).config.patch_size
     multiple = math.lcm(16, pipe.vae_scale_factor_spatial * patch[1], pipe.vae_scale_factor_spatial * patch[2])
     if shape.height % multiple or shape.width % multiple:
         raise RenderError(f"{shape.width}x{shape.height}: sides must be multiples of {multiple} for {shape.model}")
