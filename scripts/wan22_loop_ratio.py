@@ -1,7 +1,8 @@
 """The engine's loop against diffusers' on Wan 2.2's two architectures at real widths and reduced depth, on this
 machine, in one process: for each model the same two videos (prompt embeddings, seeds, shape) are denoised by
 `WanPipeline.__call__(output_type="latent")`, by engine.denoise in exact mode and by engine.denoise with guidance
-batched, in turn, ROUNDS times (the order rotating each round), and the median seconds of each are compared.
+batched, in turn, ROUNDS times (the order rotating each round), and the fastest and the median seconds of each are
+compared (on a shared machine the fastest run is the one least slowed by others; the load average is recorded).
 
     PYTHONPATH=$PWD python scripts/wan22_loop_ratio.py [ROUNDS]     # prints one JSON object
 
@@ -12,6 +13,7 @@ to come (docs/PERFORMANCE.md). Denoising only, which is what the loop changes.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -33,55 +35,61 @@ CASES = {
 PROMPTS = ("a red sports car at sunrise", "a golden retriever in the rain")
 
 
+def measure(build, width: int, height: int, frames: int, steps: int, guidance: float, guidance_2: float | None,
+            rounds: int) -> dict:
+    """One model: the three sides in turn, `rounds` times, after one untimed call (allocator, thread pools)."""
+    pipe = build()
+    pipe.set_progress_bar_config(disable=True)
+    with torch.inference_mode():
+        embeds = pipe.encode_prompt(list(PROMPTS), do_classifier_free_guidance=False, max_sequence_length=512)[0]
+        negative = pipe.encode_prompt([""] * 2, do_classifier_free_guidance=False, max_sequence_length=512)[0]
+
+    def generators():
+        return [torch.Generator().manual_seed(1000 + i) for i in range(len(PROMPTS))]
+
+    def engine(batched: bool):
+        return denoise.denoise(pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=height,
+                               width=width, frames=frames, steps=steps, guidance=guidance, guidance_2=guidance_2,
+                               generators=generators(), batched_guidance=batched)
+
+    sides = {
+        "diffusers": lambda: pipe(prompt_embeds=embeds, negative_prompt_embeds=negative, height=height, width=width,
+                                  num_frames=frames, num_inference_steps=steps, guidance_scale=guidance,
+                                  guidance_scale_2=guidance_2, generator=generators(), output_type="latent").frames,
+        "engine_exact": lambda: engine(batched=False),
+        "engine_batched": lambda: engine(batched=True),
+    }
+    seconds = {side: [] for side in sides}
+    out = {}
+    order = list(sides)
+    with torch.inference_mode():
+        sides["diffusers"]()
+        for r in range(rounds):
+            for side in order[r % 3:] + order[: r % 3]:
+                start = time.perf_counter()
+                out[side] = sides[side]()
+                seconds[side].append(time.perf_counter() - start)
+    median = {side: statistics.median(s) for side, s in seconds.items()}
+    fastest = {side: min(s) for side, s in seconds.items()}
+    return {
+        "seconds": seconds,
+        "min_s": fastest,
+        "median_s": median,
+        "diffusers_over_engine_exact": {"min": fastest["diffusers"] / fastest["engine_exact"],
+                                        "median": median["diffusers"] / median["engine_exact"]},
+        "diffusers_over_engine_batched": {"min": fastest["diffusers"] / fastest["engine_batched"],
+                                          "median": median["diffusers"] / median["engine_batched"]},
+        "exact_bit_identical": torch.equal(out["diffusers"], out["engine_exact"]),
+        "batched_max_abs_diff": float((out["diffusers"] - out["engine_batched"]).abs().max()),
+        "latent_shape": list(out["diffusers"].shape),
+    }
+
+
 def main(rounds: int) -> dict:
-    torch.manual_seed(0)
-    results = {}
-    for name, (build, width, height, frames, steps, guidance, guidance_2) in CASES.items():
-        pipe = build()
-        pipe.set_progress_bar_config(disable=True)
-        with torch.inference_mode():
-            embeds = pipe.encode_prompt(list(PROMPTS), do_classifier_free_guidance=False, max_sequence_length=512)[0]
-            negative = pipe.encode_prompt([""] * 2, do_classifier_free_guidance=False, max_sequence_length=512)[0]
-
-        def generators():
-            return [torch.Generator().manual_seed(1000 + i) for i in range(len(PROMPTS))]
-
-        shape = dict(height=height, width=width)
-        sides = {
-            "diffusers": lambda: pipe(prompt_embeds=embeds, negative_prompt_embeds=negative, num_frames=frames,
-                                      num_inference_steps=steps, guidance_scale=guidance, guidance_scale_2=guidance_2,
-                                      generator=generators(), output_type="latent", **shape).frames,
-            "engine_exact": lambda: denoise.denoise(pipe, prompt_embeds=embeds, negative_prompt_embeds=negative,
-                                                    frames=frames, steps=steps, guidance=guidance,
-                                                    guidance_2=guidance_2, generators=generators(),
-                                                    batched_guidance=False, **shape),
-            "engine_batched": lambda: denoise.denoise(pipe, prompt_embeds=embeds, negative_prompt_embeds=negative,
-                                                      frames=frames, steps=steps, guidance=guidance,
-                                                      guidance_2=guidance_2, generators=generators(),
-                                                      batched_guidance=True, **shape),
-        }
-        seconds = {side: [] for side in sides}
-        out = {}
-        order = list(sides)
-        with torch.inference_mode():
-            out["warm-up"] = sides["diffusers"]()  # first-call costs (allocator, thread pools), untimed
-            for r in range(rounds):
-                for side in order[r % 3:] + order[: r % 3]:
-                    start = time.perf_counter()
-                    out[side] = sides[side]()
-                    seconds[side].append(time.perf_counter() - start)
-        median = {side: statistics.median(s) for side, s in seconds.items()}
-        results[name] = {
-            "seconds": seconds,
-            "median_s": median,
-            "diffusers_over_engine_exact": median["diffusers"] / median["engine_exact"],
-            "diffusers_over_engine_batched": median["diffusers"] / median["engine_batched"],
-            "exact_bit_identical": torch.equal(out["diffusers"], out["engine_exact"]),
-            "batched_max_abs_diff": float((out["diffusers"] - out["engine_batched"]).abs().max()),
-            "latent_shape": list(out["diffusers"].shape),
-        }
-        del pipe
-    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds, "models": results}
+    load_before = os.getloadavg()
+    models = {name: measure(*case, rounds=rounds) for name, case in CASES.items()}
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "rounds": rounds,
+            "load_average_before_after": [load_before, os.getloadavg()], "models": models}
 
 
 if __name__ == "__main__":

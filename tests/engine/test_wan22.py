@@ -13,18 +13,9 @@ from engine.engine import Engine
 from engine.errors import RenderError, RenderInterrupted, RetryableRenderError
 from engine.types import RenderBatch, RenderRequest, Shape
 
-from .wan22 import A14B, TI2V
+from .wan22 import A14B, REQUESTS, SHAPES, TI2V, frames
 
-SHAPES = {A14B: Shape(A14B, 64, 48, 9, 4, 4.0), TI2V: Shape(TI2V, 96, 64, 9, 4, 5.0),
-          "wan21": Shape("wan21", 64, 48, 9, 4, 5.0)}
-REQUESTS = (RenderRequest(1, "a red circle", None, 5), RenderRequest(2, "a blue square", "blurry", 6))
 both = pytest.mark.parametrize("model", [A14B, TI2V])
-
-
-def frames(engine: Engine, model: str, requests=REQUESTS, shape: Shape | None = None) -> list[np.ndarray]:
-    out = engine.render(RenderBatch(shape or SHAPES[model], requests))
-    assert all(v.error is None for v in out), [v.error for v in out]
-    return [v.frames for v in out]
 
 
 def close(a: np.ndarray, b: np.ndarray, most: int = 2, mean: float = 0.05) -> None:

@@ -19,8 +19,7 @@ from engine.models import load_registry
 from engine.text_cache import ALL_PARTS, model_identity
 from engine.types import RenderBatch, RenderRequest
 
-from .wan22 import A14B, TI2V, write_models_file
-from .test_wan22 import REQUESTS, SHAPES, frames
+from .wan22 import A14B, REQUESTS, SHAPES, TI2V, frames, write_models_file
 
 both = pytest.mark.parametrize("model", [A14B, TI2V])
 

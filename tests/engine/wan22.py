@@ -3,10 +3,25 @@ registers a downloaded folder; shared by the engine's tests and the manifest's."
 
 from pathlib import Path
 
-from engine.tiny import ensure_tiny, ensure_tiny_a14b, ensure_tiny_ti2v
+import numpy as np
 
-# The registered names.
+from engine.engine import Engine
+from engine.tiny import ensure_tiny, ensure_tiny_a14b, ensure_tiny_ti2v
+from engine.types import RenderBatch, RenderRequest, Shape
+
+# The registered names, and a shape of each that renders in well under a second here. At 4 steps the A14B's
+# timesteps are 999 and 900 (its high-noise expert: at or above 0.875 x 1000) then 750 and 500 (low-noise).
 A14B, TI2V = "a14b", "ti2v"
+SHAPES = {A14B: Shape(A14B, 64, 48, 9, 4, 4.0), TI2V: Shape(TI2V, 96, 64, 9, 4, 5.0),
+          "wan21": Shape("wan21", 64, 48, 9, 4, 5.0)}
+REQUESTS = (RenderRequest(1, "a red circle", None, 5), RenderRequest(2, "a blue square", "blurry", 6))
+
+
+def frames(engine: Engine, model: str, requests=REQUESTS, shape: Shape | None = None) -> list[np.ndarray]:
+    """The batch's videos' frames, failing on any video's error."""
+    out = engine.render(RenderBatch(shape or SHAPES[model], requests))
+    assert all(v.error is None for v in out), [v.error for v in out]
+    return [v.frames for v in out]
 
 
 def write_models_file(folder: Path, cache: Path, **extra: str) -> Path:
