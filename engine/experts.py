@@ -5,11 +5,13 @@ Wan2.2-T2V-A14B runs a high-noise transformer for the early steps and a low-nois
 time, so the idle one can wait in CPU memory and be swapped in at the boundary: every batch then moves one expert in
 at the boundary and the other back in at the next batch's first step, 2 x 28 GB per batch, whatever its size.
 
-The CPU copy of each expert's weights is made once, at load, in pinned memory where CUDA is present (so a copy to
-the device runs at the bus's speed, and without a staging copy). Evicting an expert copies nothing back: its
-parameters point at their CPU copies again and the device copies are freed, as diffusers' group offloading does
-(weights never change while rendering). On a machine without an accelerator the device is the CPU and a swap
-moves nothing; `moves` still records each swap, in order, with its seconds.
+Each expert's weights stay where loading put them (the CPU) until its first swap, which copies them once into
+pinned memory where the device is CUDA (so a copy to the device runs at the bus's speed, without a staging copy).
+Taken then, not at load, the copy holds whatever loading did to the weights after the swap was set up (adapters
+fused in, for one). Evicting an expert copies nothing back: its parameters point at their CPU copies again and the
+device copies are freed, as diffusers' group offloading does (weights never change while rendering). On a machine
+without an accelerator the device is the CPU and a swap moves nothing; `moves` still records each swap, in order,
+with its seconds.
 """
 
 from __future__ import annotations
@@ -33,15 +35,11 @@ class ExpertSwap:
     def __init__(self, pipe, device: torch.device):
         self.device = device
         self.names = {id(pipe.transformer): "transformer", id(pipe.transformer_2): "transformer_2"}
-        pin = torch.cuda.is_available()
-        # id(expert) -> [(tensor, its CPU copy)] for every parameter and buffer, taken before anything moves.
-        self._copies = {id(m): [(t, _cpu_copy(t, pin)) for t in _tensors(m)]
-                        for m in (pipe.transformer, pipe.transformer_2)}
+        # id(expert) -> [(tensor, its CPU copy)] for every parameter and buffer, taken at the expert's first swap.
+        self._copies: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self.active: torch.nn.Module | None = None
         # (expert name, seconds) for each expert brought to the device, in order.
         self.moves: list[tuple[str, float]] = []
-        for module in (pipe.transformer, pipe.transformer_2):
-            self._evict(module)
 
     def activate(self, module: torch.nn.Module) -> None:
         """Make `module` the expert on the device (evicting the other first, so both never hold device memory)."""
@@ -52,7 +50,7 @@ class ExpertSwap:
             self._evict(self.active)
         # Plain tensors even inside the render's inference_mode: they are parameters for the process's life.
         with torch.inference_mode(False), torch.no_grad():
-            for tensor, copy in self._copies[id(module)]:
+            for tensor, copy in self._cpu_copies(module):
                 tensor.data = copy.to(self.device, non_blocking=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -62,8 +60,15 @@ class ExpertSwap:
         log.info("expert %s to %s in %.2f s", self.names[id(module)], self.device, seconds)
 
     def _evict(self, module: torch.nn.Module) -> None:
-        for tensor, copy in self._copies[id(module)]:
+        for tensor, copy in self._cpu_copies(module):
             tensor.data = copy
+
+    def _cpu_copies(self, module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if id(module) not in self._copies:
+            with torch.inference_mode(False), torch.no_grad():
+                self._copies[id(module)] = [(t, _cpu_copy(t, pin=self.device.type == "cuda"))
+                                            for t in _tensors(module)]
+        return self._copies[id(module)]
 
 
 def _tensors(module: torch.nn.Module) -> list[torch.Tensor]:
