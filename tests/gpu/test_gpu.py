@@ -61,7 +61,7 @@ def test_the_text_encoder_leaves_the_device_and_output_does_not_change(cache):
 
 def test_the_idle_wan22_expert_waits_in_cpu_memory_and_output_does_not_change(cache, tmp_path):
     """offload_idle_expert on a GPU: at each step the running expert's weights are on the device and the other's in
-    (pinned) CPU memory; the videos are those rendered with both experts resident. Prints each swap's seconds (for
+    CPU memory; the videos are those rendered with both experts resident. Prints each swap's seconds (for
     docs/PERFORMANCE.md; at tiny widths they measure the bookkeeping, not the bus)."""
     from engine.models import load_registry
     from tests.engine.wan22 import write_models_file
@@ -88,6 +88,8 @@ def test_the_idle_wan22_expert_waits_in_cpu_memory_and_output_does_not_change(ca
     finally:
         for hook in hooks:
             hook.remove()
-    assert places == [("cuda", "cpu", True)] * 8
+    # 4 batched calls a batch, 2 on each expert. The low-noise expert stays as loaded (unpinned) until its first
+    # swap; from then on an idle expert waits in its pinned copy.
+    assert places == [("cuda", "cpu", False)] * 2 + [("cuda", "cpu", True)] * 6
     assert pipe.vae.device.type == "cuda" and pipe.text_encoder.device.type == "cuda"
     print("swaps (expert, seconds):", offload.swaps["a14b"].moves)
