@@ -13,8 +13,11 @@ rest take the conditional pass alone: half their transformer work), after "Apply
 remaining blocks of a step whose first block changed little. Its decision is taken for the whole batch, so with it
 on a video's frames may depend on its batch-mates; the gate measures it at the batch size workers use.
 
-Wan 2.2's two-expert pipelines (`boundary_ratio`) and `expand_timesteps` are not handled here: the engine gives those
-to the pipeline's own loop.
+Wan 2.2 runs through the same loop, as WanPipeline.__call__ does it: a two-expert folder (T2V-A14B) denoises with
+`transformer` while the timestep is at or above `boundary_ratio` x num_train_timesteps and with `transformer_2`
+below, each with its own guidance scale (`guidance_2` for the low-noise one); a folder with `expand_timesteps`
+(TI2V-5B) gives the transformer a timestep per token, all the step's in text-to-video (the pipeline's mask is all
+ones), which is also how the clean tie of a long video's chunk gives its tied tokens timestep 0.
 """
 
 from __future__ import annotations
@@ -24,21 +27,29 @@ from collections.abc import Callable
 import torch
 
 from engine.errors import RenderInterrupted
+from engine.experts import experts
 
 
 def supports(pipe) -> bool:
-    """Whether this loop reproduces the pipeline: one transformer, one timestep per sample."""
-    return (getattr(pipe, "transformer_2", None) is None and pipe.config.boundary_ratio is None
-            and not pipe.config.expand_timesteps)
+    """Whether this loop reproduces the pipeline: its transformer, and where the folder has them a second expert
+    past the boundary (Wan 2.2 A14B) or per-token timesteps (Wan 2.2 TI2V)."""
+    if pipe.transformer is None:
+        return False
+    if pipe.config.boundary_ratio is not None and getattr(pipe, "transformer_2", None) is None:
+        return False
+    # The pipeline takes per-token timesteps from every other latent row and column: 1x2x2 patches only.
+    return not pipe.config.expand_timesteps or tuple(pipe.transformer.config.patch_size) == (1, 2, 2)
 
 
 def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.Tensor | None, height: int,
             width: int, frames: int, steps: int, guidance: float, generators: list[torch.Generator],
-            batched_guidance: bool = True, guidance_steps: int | None = None,
+            guidance_2: float | None = None, batched_guidance: bool = True, guidance_steps: int | None = None,
             conditions: list[torch.Tensor | None] | None = None, release_sigma: float = 0.0,
-            clean_condition: bool = False, should_stop: Callable[[], str | None] | None = None) -> torch.Tensor:
-    """Latents for a batch, as `pipe(..., output_type="latent")` returns them. `guidance_steps`: guide only the
-    first this many steps (None: all of them).
+            clean_condition: bool = False, should_stop: Callable[[], str | None] | None = None,
+            activate: Callable[[torch.nn.Module], None] | None = None) -> torch.Tensor:
+    """Latents for a batch, as `pipe(..., output_type="latent", guidance_scale=guidance,
+    guidance_scale_2=guidance_2)` returns them. `guidance_steps`: guide only the first this many steps (None: all of
+    them). `activate` is called with each step's expert before it runs (engine.experts.ExpertSwap.activate).
 
     `conditions` (one per video, None for a free one): clean latents (C, o, h, w) the video's first o latent frames
     are tied to, for a long video's next chunk (engine.chunks). Before each step the tied frames are set to the
@@ -53,7 +64,7 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     device = pipe._execution_device
     transformer = pipe.transformer
     dtype = transformer.dtype
-    guided = guidance > 1.0  # WanPipeline.do_classifier_free_guidance
+    guided = guidance > 1.0  # WanPipeline.do_classifier_free_guidance: the first scale decides for both experts
     cond = prompt_embeds.to(device, dtype)
     uncond = negative_prompt_embeds.to(device, dtype) if guided else None
     batch = cond.shape[0]
@@ -67,43 +78,58 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
                                    device, generators, None)
     pipe.scheduler.set_begin_index(0)
     tie = _ties(conditions, latents)
-    clean_tokens = None
-    if clean_condition and tie is not None:
-        tied = torch.tensor([0 if c is None else c.shape[1] for c in conditions])
-        clean_tokens = tied_tokens(tied, latents, transformer.config.patch_size)
+    # Per-token timesteps, as a (batch, tokens) multiplier of the step's timestep: 1 everywhere for TI2V (the
+    # pipeline's all-ones mask, as float32, so `keep * t` is its `mask * t` bit for bit), 0 on tokens held clean.
+    # None: one timestep per sample, as Wan 2.1's pipeline passes it.
+    keep = None
+    if pipe.config.expand_timesteps or (clean_condition and tie is not None):
+        tied = torch.tensor([0 if c is None else c.shape[1] for c in conditions]
+                            if clean_condition and tie is not None else [0] * batch)
+        keep = (~tied_tokens(tied, latents, transformer.config.patch_size)).to(torch.float32)
     context = torch.cat([cond, uncond]) if guided and batched_guidance else None
 
-    # A step cache (diffusers' hooks) keeps state per named call: one per kind of call, reset for each batch.
-    cached = getattr(transformer, "is_cache_enabled", False)
-    if cached:
-        transformer._reset_stateful_cache()
+    # Wan 2.2 A14B: the high-noise expert for timesteps at or above the boundary, the low-noise one below it, guided
+    # with guidance_2 (the pipeline's default for it: the first scale).
+    boundary = None
+    if pipe.config.boundary_ratio is not None:
+        boundary = pipe.config.boundary_ratio * pipe.scheduler.config.num_train_timesteps
+        guidance_2 = guidance if guidance_2 is None else guidance_2
 
-    def forward(name: str, hidden: torch.Tensor, context: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        if clean_tokens is None:
+    # A step cache (diffusers' hooks) keeps state per named call, per expert: one per kind of call, reset each batch.
+    for model in experts(pipe):
+        if getattr(model, "is_cache_enabled", False):
+            model._reset_stateful_cache()
+
+    def forward(model, name: str, hidden: torch.Tensor, context: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        if keep is None:
             timestep = t.expand(hidden.shape[0])
-        else:  # (batch, tokens): 0 where a tied frame is, repeated for a stacked guidance pass
-            timestep = t.expand(clean_tokens.shape).masked_fill(clean_tokens, 0).repeat(hidden.shape[0] // batch, 1)
-        if not cached:
-            return transformer(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context,
-                               return_dict=False)[0]
-        with transformer.cache_context(name):
-            return transformer(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context,
-                               return_dict=False)[0]
+        else:  # repeated for a stacked guidance pass
+            timestep = (keep * t).repeat(hidden.shape[0] // batch, 1)
+        if not getattr(model, "is_cache_enabled", False):
+            return model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context, return_dict=False)[0]
+        with model.cache_context(name):
+            return model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context, return_dict=False)[0]
 
     # 6. Denoising loop
     for i, t in enumerate(timesteps):
         if tie is not None and float(pipe.scheduler.sigmas[i]) >= release_sigma:
             latents = tie(latents, 0.0 if clean_condition else float(pipe.scheduler.sigmas[i]))
+        if boundary is None or t >= boundary:  # Wan 2.1, or Wan 2.2's high-noise stage
+            model, scale = transformer, guidance
+        else:  # Wan 2.2's low-noise stage
+            model, scale = pipe.transformer_2, guidance_2
+        if activate is not None:
+            activate(model)
         x = latents.to(dtype)
         guide = guided and (guidance_steps is None or i < guidance_steps)
         if guide and context is not None:
-            noise_pred, noise_uncond = forward("both", torch.cat([x, x]), context, t).chunk(2)
+            noise_pred, noise_uncond = forward(model, "both", torch.cat([x, x]), context, t).chunk(2)
         else:
-            noise_pred = forward("cond", x, cond, t)
+            noise_pred = forward(model, "cond", x, cond, t)
             if guide:
-                noise_uncond = forward("uncond", x, uncond, t)
+                noise_uncond = forward(model, "uncond", x, uncond, t)
         if guide:
-            noise_pred = noise_uncond + guidance * (noise_pred - noise_uncond)
+            noise_pred = noise_uncond + scale * (noise_pred - noise_uncond)
         latents = pipe.scheduler.step(noise_pred, t, latents, return_dict=False)[0]
         if should_stop is not None and (reason := should_stop()):
             raise RenderInterrupted(reason)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import time
 from collections import OrderedDict
@@ -18,6 +19,7 @@ from engine import adapt, denoise, gates
 from engine.chunks import chunk_seed
 from engine.config import EngineConfig
 from engine.errors import ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
+from engine.experts import ExpertSwap, experts
 from engine.fast_ops import use_fast_vae_norm
 from engine.models import ModelInfo, Registry
 from engine.stitch import seam_score, stitch
@@ -36,6 +38,8 @@ class Engine:
         self._pipelines: OrderedDict[str, object] = OrderedDict()
         # A registration's light decoder (engine.light_decoder), used in place of its VAE's decoder.
         self._decoders: dict[str, torch.nn.Module | None] = {}
+        # Two-expert models registered with offload_idle_expert: the swap that keeps one expert on the device.
+        self.swaps: dict[str, ExpertSwap] = {}
         # The shape of the last batch rendered: a worker prefers more of it (jobs.work.claims.Serving).
         self.last_shape: Shape | None = None
         self._identities: dict[str, str] = {}
@@ -93,25 +97,36 @@ class Engine:
                                                use_safetensors=True)
             # A registration's adapters fused, its sampler and light decoder (engine.adapt), before compiling.
             self._decoders[name] = adapt.apply(pipe, info, device)
-            pipe.to(device)
+            if info.offload_idle_expert and getattr(pipe, "transformer_2", None) is not None:
+                # Both experts stay in CPU memory; the swap brings each to the device for its steps.
+                self.swaps[name] = ExpertSwap(pipe, device)
+                for component in pipe.components.values():
+                    if isinstance(component, torch.nn.Module) and component not in experts(pipe):
+                        component.to(device)
+            else:
+                pipe.to(device)
             if self.config.offloads_text_encoder():
                 pipe.text_encoder.to("cpu")  # to the device only to encode what the cache lacks (_embeddings)
             pipe.set_progress_bar_config(disable=True)
             if self.config.fast_vae_norm:
                 use_fast_vae_norm(pipe.vae)
+            # Every switch on each expert (Wan 2.2 A14B has two transformers).
             if self.config.attention != "native":
                 try:
-                    pipe.transformer.set_attention_backend(self.config.attention)
+                    for model in experts(pipe):
+                        model.set_attention_backend(self.config.attention)
                 except (ValueError, RuntimeError, ImportError) as exc:
                     raise RenderError(f"attention backend {self.config.attention!r} cannot run here: {exc}") from None
             if self.config.compile:
                 # Set before the first compile; an operator's own TORCHINDUCTOR_CACHE_DIR wins.
                 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(self.config.cache_dir) / "inductor"))
-                pipe.transformer.compile_repeated_blocks(dynamic=False)
+                for model in experts(pipe):
+                    model.compile_repeated_blocks(dynamic=False)
             if self.config.step_cache:
                 from diffusers.hooks import FirstBlockCacheConfig
 
-                pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=self.config.step_cache))
+                for model in experts(pipe):
+                    model.enable_cache(FirstBlockCacheConfig(threshold=self.config.step_cache))
             self._pipelines[name] = pipe
         return self._pipelines[name]
 
@@ -128,6 +143,7 @@ class Engine:
         while len(self._pipelines) > keep:
             name, _ = self._pipelines.popitem(last=False)
             self._decoders.pop(name, None)
+            self.swaps.pop(name, None)
             log.info("unloading model %s: at most %d loaded (REELBATCH_MAX_MODELS)", name, self.config.max_models)
         gc.collect()
         if torch.cuda.is_available():
@@ -170,23 +186,26 @@ class Engine:
         with torch.inference_mode():
             embeds, negative = self._embeddings(shape, info, pipe, requests)
             clock.lap("text")
-            # 1. Denoise to latents: the engine's loop (guidance batched, lossy accelerators), or diffusers' stopped
-            # before decoding.
+            # 1. Denoise to latents: the engine's loop (WanPipeline's, bit for bit in exact mode; guidance batched,
+            # lossy accelerators, chunks, the expert swap), or, for a pipeline it does not know, diffusers' own
+            # stopped before decoding.
             config = self.config
             conditions = [r.condition for r in requests]
             chunked = any(c is not None for c in conditions) or any(r.latents_only for r in requests)
-            if (config.batched_guidance or config.lossy() or chunked) and denoise.supports(pipe):
+            if denoise.supports(pipe):
                 steps = config.steps_for(shape.steps)
+                swap = self.swaps.get(shape.model)
                 latents = denoise.denoise(
                     pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=shape.height,
                     width=shape.width, frames=shape.frames, steps=steps, guidance=shape.guidance,
-                    generators=generators, batched_guidance=config.batched_guidance,
+                    guidance_2=info.guidance_2, generators=generators, batched_guidance=config.batched_guidance,
                     guidance_steps=config.guided_steps(steps), conditions=conditions,
                     release_sigma=config.chunk_release_sigma, clean_condition=info.chunk_condition == "clean",
-                    should_stop=should_stop,
+                    should_stop=should_stop, activate=swap.activate if swap else None,
                 )
             elif config.lossy() or chunked:
-                raise RenderError(f"{shape.model}: lossy settings and long videos need a one-transformer Wan model")
+                raise RenderError(f"{shape.model}: lossy settings and long videos need a pipeline engine.denoise "
+                                  "supports")
             else:
                 latents = pipe(
                     prompt_embeds=embeds,
@@ -286,10 +305,14 @@ class Engine:
 
 
 def _check_shape(pipe, shape) -> None:
-    """What WanPipeline would silently round (frames) or refuse (sides), refused here with the numbers."""
+    """What WanPipeline would silently round (frames; sides to the VAE's scale x the patch) or refuse (sides not
+    multiples of 16), refused here with the numbers: 16 for Wan 2.1 and 2.2 A14B, 32 for TI2V (16x VAE, 2x2
+    patches)."""
     temporal = pipe.vae_scale_factor_temporal
-    if shape.height % 16 or shape.width % 16:
-        raise RenderError(f"{shape.width}x{shape.height}: sides must be multiples of 16 for WanPipeline")
+    patch = (pipe.transformer if pipe.transformer is not None else pipe.transformer_2).config.patch_size
+    multiple = math.lcm(16, pipe.vae_scale_factor_spatial * patch[1], pipe.vae_scale_factor_spatial * patch[2])
+    if shape.height % multiple or shape.width % multiple:
+        raise RenderError(f"{shape.width}x{shape.height}: sides must be multiples of {multiple} for {shape.model}")
     if shape.frames % temporal != 1:
         raise RenderError(f"{shape.frames} frames: {shape.model} renders {temporal}k+1 frames")
 

@@ -16,6 +16,7 @@ import yaml
 
 from engine.chunks import ChunkPlan, plan
 from engine.errors import ModelNotFound
+from engine.families import PUBLISHED, FolderFacts, Published, read_folder
 from engine.registration import Adapter, Problem, Sampler, parse_adapters, parse_decoder, parse_sampler, wrap
 
 # The longest video: this many windows (Wan: 64 x ~4.75 s, about 5 minutes at 16 fps).
@@ -68,6 +69,16 @@ class ModelInfo:
     # The largest batch a worker renders of this model, where smaller than the worker's own (`--max-batch`): a large
     # model's batch that fits a GPU's memory. None: the worker's.
     max_batch: int | None = None
+    # engine.families: wan2.1, wan2.2-a14b (two experts) or wan2.2-ti2v, read from the folder's model_index.json.
+    family: str = "wan2.1"
+    # Two-expert folders: the switch (from model_index.json, as the pipeline applies it) and the low-noise expert's
+    # guidance scale. A manifest's `guidance` is the high-noise expert's; the second scale belongs to the model, as
+    # the published pair does (4.0 and 3.0 for T2V-A14B). None: the same as `guidance` (WanPipeline's default).
+    boundary_ratio: float | None = None
+    guidance_2: float | None = None
+    # Two-expert folders: keep the idle expert in CPU memory and swap at the boundary (engine.experts), so device
+    # memory holds one expert, not two.
+    offload_idle_expert: bool = False
 
     def chunk_plan(self, frames: int) -> ChunkPlan:
         """How a video of `frames` is rendered: one pass, or chunks of the window."""
@@ -121,7 +132,7 @@ TOY_FAST = dataclasses.replace(
 )
 
 # Wan2.1-T2V-1.3B's published defaults (832x480, 81 frames at 16 fps, 50 steps, guidance 5.0).
-WAN_DEFAULTS = ModelDefaults(width=832, height=480, fps=16, duration_s=5.0, steps=50, guidance=5.0)
+WAN_DEFAULTS = ModelDefaults(**{f: getattr(PUBLISHED["wan2.1"], f) for f in ModelDefaults.__dataclass_fields__})
 
 _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__dataclass_fields__}
 
@@ -173,8 +184,14 @@ def load_registry(models_file: Path | None = None) -> Registry:
           decoder: /models/wan-light-decoder         # engine.light_decoder folder; the VAE's encoder stays
           teacher: wan-1.3b       # refused until its distilled gate passed (engine.gates)
           defaults: {steps: 4, guidance: 1.0}        # guidance <= 1: one transformer pass a step
+        wan22-a14b:
+          path: /models/Wan2.2-T2V-A14B-Diffusers   # two experts: guidance is the high-noise one's
+          guidance_2: 3.0            # the low-noise expert's scale (the family's published 3.0 when left out)
+          offload_idle_expert: true  # one expert in device memory at a time, swapped at the boundary
 
-    Each addition is checked here, from file headers and configs (engine.registration).
+    The folder's own files say its family (engine.families), its frame rule and the sides it allows; what the
+    file leaves out comes from the family's published defaults. Each addition (adapters, sampler, decoder,
+    teacher) is checked here, from file headers and configs (engine.registration).
     """
     registry = Registry()
     if models_file is None:
@@ -191,25 +208,31 @@ def load_registry(models_file: Path | None = None) -> Registry:
                                 "and starts with a letter or digit")
         if not isinstance(entry, dict) or "path" not in entry:
             raise ModelNotFound(f"{models_file}: model {name!r} needs a 'path' to a local diffusers folder")
+        where = f"{models_file}: model {name!r}"
         path = Path(entry["path"]).expanduser()
         if not (path / "model_index.json").is_file():
-            raise ModelNotFound(f"{models_file}: model {name!r}: {path} holds no model_index.json")
+            raise ModelNotFound(f"{where}: {path} holds no model_index.json")
+        facts = read_folder(path, where)
+        published = PUBLISHED[facts.family]
         given = entry.get("defaults") or {}
         unknown = set(given) - set(_DEFAULT_FIELDS)
         if unknown:
-            raise ModelNotFound(f"{models_file}: model {name!r}: unknown defaults {sorted(unknown)}")
-        defaults = ModelDefaults(**{f: t(given.get(f, getattr(WAN_DEFAULTS, f))) for f, t in _DEFAULT_FIELDS.items()})
+            raise ModelNotFound(f"{where}: unknown defaults {sorted(unknown)}")
+        defaults = ModelDefaults(**{f: t(given.get(f, getattr(published, f))) for f, t in _DEFAULT_FIELDS.items()})
         registry.models[str(name)] = ModelInfo(
             name=str(name),
             defaults=defaults,
             path=path,
-            temporal_factor=int(entry.get("temporal_factor", 4)),
-            spatial_multiple=int(entry.get("spatial_multiple", 16)),
-            max_frames=int(entry.get("max_frames", 81)),
+            temporal_factor=_temporal_factor(where, entry, facts),
+            spatial_multiple=_spatial_multiple(where, entry, facts),
+            max_frames=int(entry.get("max_frames", published.max_frames)),
             chunk_overlap=int(entry.get("chunk_overlap", 2)),
             chunk_condition=_chunk_condition(models_file, name, entry.get("chunk_condition", "noised")),
             max_sequence_length=int(entry.get("max_sequence_length", 512)),
             max_batch=_max_batch(models_file, name, entry.get("max_batch")),
+            family=facts.family,
+            boundary_ratio=facts.boundary_ratio,
+            **_experts(where, entry, facts, published),
             **_additions(models_file, str(name), entry, path),
         )
     for info in registry.models.values():
@@ -226,6 +249,8 @@ def _max_batch(models_file: Path, name: str, value: object) -> int | None:
         raise ModelNotFound(f"{models_file}: model {name!r}: max_batch must be a whole number of at least 1, "
                             f"got {value!r}")
     return value
+
+
 def _additions(models_file: Path, name: str, entry: dict, path: Path) -> dict:
     """The adapters, sampler, decoder and teacher of an entry, checked (engine.registration)."""
     try:
@@ -239,6 +264,7 @@ def _additions(models_file: Path, name: str, entry: dict, path: Path) -> dict:
 
 
 CHUNK_CONDITIONS = ("noised", "clean")
+MAX_GUIDANCE = 30.0  # as a manifest's guidance (jobs.manifest_fields)
 
 
 def _chunk_condition(models_file: Path, name: str, value: object) -> str:
@@ -246,3 +272,42 @@ def _chunk_condition(models_file: Path, name: str, value: object) -> str:
         raise ModelNotFound(f"{models_file}: model {name!r}: chunk_condition must be one of "
                             f"{', '.join(CHUNK_CONDITIONS)}, got {value!r}")
     return str(value)
+
+
+def _temporal_factor(where: str, entry: dict, facts: FolderFacts) -> int:
+    """The folder's VAE decides it; a models file may state it, and must state it right."""
+    value = entry.get("temporal_factor", facts.temporal_factor)
+    if value != facts.temporal_factor:
+        raise ModelNotFound(f"{where}: temporal_factor {value!r}, but its VAE compresses time by "
+                            f"{facts.temporal_factor} (vae/config.json scale_factor_temporal)")
+    return facts.temporal_factor
+
+
+def _spatial_multiple(where: str, entry: dict, facts: FolderFacts) -> int:
+    """At least what the VAE, the patching and WanPipeline allow; a models file may ask for a coarser grid."""
+    value = entry.get("spatial_multiple", facts.spatial_multiple)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value % facts.spatial_multiple:
+        raise ModelNotFound(f"{where}: spatial_multiple {value!r} must be a multiple of {facts.spatial_multiple} "
+                            "(the VAE's scale_factor_spatial x the transformer's patch, and 16 for WanPipeline)")
+    return value
+
+
+def _experts(where: str, entry: dict, facts: FolderFacts, published: Published) -> dict:
+    """guidance_2 and offload_idle_expert: for two-expert folders only; boundary_ratio, if stated, as the folder's
+    model_index.json has it (the pipeline applies the folder's; edit that file to move the switch)."""
+    two = facts.boundary_ratio is not None
+    for key in ("guidance_2", "offload_idle_expert", "boundary_ratio"):
+        if key in entry and not two:
+            raise ModelNotFound(f"{where}: {key} is for two-expert folders; its model_index.json has no "
+                                "boundary_ratio")
+    if "boundary_ratio" in entry and entry["boundary_ratio"] != facts.boundary_ratio:
+        raise ModelNotFound(f"{where}: boundary_ratio {entry['boundary_ratio']!r}, but its model_index.json has "
+                            f"{facts.boundary_ratio} (edit that file to move the switch)")
+    guidance_2 = entry.get("guidance_2", published.guidance_2)
+    if guidance_2 is not None and (isinstance(guidance_2, bool) or not isinstance(guidance_2, (int, float))
+                                   or not 0 <= guidance_2 <= MAX_GUIDANCE):
+        raise ModelNotFound(f"{where}: guidance_2 must be a number from 0 to {MAX_GUIDANCE:g}, got {guidance_2!r}")
+    offload = entry.get("offload_idle_expert", False)
+    if not isinstance(offload, bool):
+        raise ModelNotFound(f"{where}: offload_idle_expert must be true or false, got {offload!r}")
+    return {"guidance_2": None if guidance_2 is None else float(guidance_2), "offload_idle_expert": offload}

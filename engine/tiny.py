@@ -3,6 +3,10 @@
 It exists so that every path (batching, encoding, storage, the job system) can be exercised in seconds on a CPU.
 Its weights are random, so its videos are noise. It is built once from a fixed config and seed, saved as a
 diffusers folder (safetensors only) in the cache, and from then on loaded like any registered model.
+
+Wan 2.2's two architectures are built the same way, for tests: `tiny-a14b` (two transformers switched at a boundary,
+as Wan2.2-T2V-A14B) and `tiny-ti2v` (the Wan 2.2 VAE and per-token timesteps, as Wan2.2-TI2V-5B). A models file
+registers their folders like any other (tests/engine/wan22.py).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import torch
 
 # Bump when the config below changes, so an old cached build is never loaded for a new config.
 TINY_VERSION = "tiny-v1"
+TINY_A14B_VERSION = "tiny-a14b-v1"
+TINY_TI2V_VERSION = "tiny-ti2v-v1"
 TINY_SEED = 20261130
 
 # Byte-level vocabulary: 3 specials, then one token per byte value.
@@ -37,10 +43,29 @@ def build_byte_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
 
+def _text_encoder(tokenizer):
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    return UMT5EncoderModel(UMT5Config(
+        vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    ))
+
+
+def _transformer(channels: int):
+    from diffusers import WanTransformer3DModel
+
+    # rope_max_seq_len must cover the largest latent dimension (2048 px / 8 = 256 latent cells).
+    return WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=channels,
+        out_channels=channels, text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=256,
+    )
+
+
 def build_tiny_pipeline():
     """The tiny WanPipeline in memory, deterministic from TINY_SEED."""
-    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
-    from transformers import UMT5Config, UMT5EncoderModel
+    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
 
     tokenizer = build_byte_tokenizer()
     with torch.random.fork_rng(devices=[]):
@@ -48,24 +73,76 @@ def build_tiny_pipeline():
         # 8x spatial and 4x temporal compression, as Wan2.1's VAE (so frames are 4k+1 and sides multiples of 16).
         vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                                temperal_downsample=[False, True, True])
-        text_encoder = UMT5EncoderModel(UMT5Config(
-            vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-            relative_attention_num_buckets=8, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-        ))
-        # rope_max_seq_len must cover the largest latent dimension (2048 px / 8 = 256 latent cells).
-        transformer = WanTransformer3DModel(
-            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16, out_channels=16,
-            text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
-            qk_norm="rms_norm_across_heads", rope_max_seq_len=256,
-        )
+        text_encoder = _text_encoder(tokenizer)
+        transformer = _transformer(16)
     scheduler = FlowMatchEulerDiscreteScheduler(shift=5.0)
     return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
                        scheduler=scheduler)
 
 
+def _unipc(flow_shift: float):
+    """The scheduler both published Wan 2.2 folders ship (diffusers' scripts/convert_wan_to_diffusers.py: UniPC with
+    flow sigmas, 1000 training timesteps; flow_shift 3.0 for T2V-A14B, 5.0 for TI2V-5B). Multistep, so it keeps
+    state between steps: the engine's loop must call it exactly as the pipeline does."""
+    from diffusers import UniPCMultistepScheduler
+
+    return UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
+                                   num_train_timesteps=1000, flow_shift=flow_shift)
+
+
+def build_tiny_a14b_pipeline():
+    """Wan2.2-T2V-A14B's layout at tiny widths: the Wan 2.1 VAE (8x spatial), a high-noise `transformer` and a
+    low-noise `transformer_2` (different random weights), switched at boundary_ratio 0.875 (the published
+    model_index.json; Wan2.2's wan/configs/wan_t2v_A14B.py: boundary 0.875). At 4 steps its timesteps are 999, 900,
+    750, 500: two steps on each expert."""
+    from diffusers import AutoencoderKLWan, WanPipeline
+
+    tokenizer = build_byte_tokenizer()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED + 1)
+        vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                               temperal_downsample=[False, True, True])
+        text_encoder = _text_encoder(tokenizer)
+        transformer, transformer_2 = _transformer(16), _transformer(16)
+    return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
+                       transformer_2=transformer_2, scheduler=_unipc(3.0), boundary_ratio=0.875)
+
+
+def build_tiny_ti2v_pipeline():
+    """Wan2.2-TI2V-5B's layout at tiny widths: the Wan 2.2 VAE (residual blocks, pixels patchified 2x2 into 12
+    channels, 3 down-samplings: 16x spatial and 4x temporal, z_dim 48, as the published vae/config.json), a
+    48-channel transformer with 2x2 patches (so sides are multiples of 32), and expand_timesteps=True (a timestep
+    per token)."""
+    from diffusers import AutoencoderKLWan, WanPipeline
+
+    tokenizer = build_byte_tokenizer()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED + 2)
+        # Per-channel latent statistics of no particular meaning, but not 0 and 1, so the decode's un-normalising
+        # is exercised.
+        mean = torch.linspace(-0.3, 0.5, 48).tolist()
+        std = torch.linspace(0.5, 1.5, 48).flip(0).tolist()
+        vae = AutoencoderKLWan(base_dim=8, decoder_base_dim=8, z_dim=48, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                               temperal_downsample=[False, True, True], is_residual=True, in_channels=12,
+                               out_channels=12, patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
+                               latents_mean=mean, latents_std=std)
+        text_encoder = _text_encoder(tokenizer)
+        transformer = _transformer(48)
+    return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
+                       scheduler=_unipc(5.0), expand_timesteps=True)
+
+
 def ensure_tiny(cache_dir: Path) -> Path:
     """Path of the saved tiny model, building it on first use."""
     return ensure_built(cache_dir, TINY_VERSION, build_tiny_pipeline)
+
+
+def ensure_tiny_a14b(cache_dir: Path) -> Path:
+    return ensure_built(cache_dir, TINY_A14B_VERSION, build_tiny_a14b_pipeline)
+
+
+def ensure_tiny_ti2v(cache_dir: Path) -> Path:
+    return ensure_built(cache_dir, TINY_TI2V_VERSION, build_tiny_ti2v_pipeline)
 
 
 def ensure_built(cache_dir: Path, name: str, build: Callable[[], object]) -> Path:

@@ -101,7 +101,7 @@ VARIABLES: tuple[Variable, ...] = (
     V("REELBATCH_DEVICE", "device", device, "auto", "`auto`", "`cpu`, `cuda`, `cuda:1`, `mps` or `auto`"),
     V("REELBATCH_BATCHED_GUIDANCE", "batched_guidance", switch, True, "`1`",
       "`1`/`0`: classifier-free guidance's two passes in one batched transformer call per step; `0` runs "
-      "diffusers' own loop (with `REELBATCH_FAST_VAE_NORM=0` too, exact mode: bit-identical to a plain "
+      "them as two calls, as diffusers' loop does (with `REELBATCH_FAST_VAE_NORM=0` too, exact mode: bit-identical to a plain "
       "`WanPipeline` call)"),
     V("REELBATCH_FAST_VAE_NORM", "fast_vae_norm", switch, True, "`1`",
       "`1`/`0`: the VAE's channel norms as a sum of squares instead of `F.normalize` (the same values to one "

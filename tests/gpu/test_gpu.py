@@ -81,3 +81,37 @@ def test_an_unloaded_pipeline_gives_its_device_memory_back(cache):
     one.render(toy)  # and back
     assert one.loaded() == ("toy",)
     assert held_one < held_both and torch.cuda.memory_allocated() < held_both, (held_one, held_both)
+def test_the_idle_wan22_expert_waits_in_cpu_memory_and_output_does_not_change(cache, tmp_path):
+    """offload_idle_expert on a GPU: at each step the running expert's weights are on the device and the other's in
+    CPU memory; the videos are those rendered with both experts resident. Prints each swap's seconds (for
+    docs/PERFORMANCE.md; at tiny widths they measure the bookkeeping, not the bus)."""
+    from engine.models import load_registry
+    from tests.engine.wan22 import write_models_file
+
+    shape = Shape("a14b", 64, 48, 9, 4, 4.0)
+    requests = tuple(RenderRequest(i, f"prompt {i}", None, 20 + i) for i in range(2))
+    resident = Engine(EngineConfig(cache_dir=cache), load_registry(write_models_file(tmp_path, cache)))
+    offload = Engine(EngineConfig(cache_dir=cache),
+                     load_registry(write_models_file(tmp_path, cache, a14b="offload_idle_expert: true")))
+    pipe = offload.pipeline("a14b")
+    places = []
+
+    def where(module, args):
+        other = pipe.transformer_2 if module is pipe.transformer else pipe.transformer
+        places.append((next(module.parameters()).device.type, next(other.parameters()).device.type,
+                       next(other.parameters()).is_pinned()))
+
+    hooks = [m.register_forward_pre_hook(where) for m in (pipe.transformer, pipe.transformer_2)]
+    try:
+        for _ in range(2):
+            for a, b in zip(offload.render(RenderBatch(shape, requests)), resident.render(RenderBatch(shape, requests))):
+                # The same weights and kernels: expected bit for bit, allowed a step for cuBLAS's own choices.
+                assert np.abs(a.frames.astype(int) - b.frames.astype(int)).max() <= 1
+    finally:
+        for hook in hooks:
+            hook.remove()
+    # 4 batched calls a batch, 2 on each expert. The low-noise expert stays as loaded (unpinned) until its first
+    # swap; from then on an idle expert waits in its pinned copy.
+    assert places == [("cuda", "cpu", False)] * 2 + [("cuda", "cpu", True)] * 6
+    assert pipe.vae.device.type == "cuda" and pipe.text_encoder.device.type == "cuda"
+    print("swaps (expert, seconds):", offload.swaps["a14b"].moves)
