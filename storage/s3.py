@@ -19,6 +19,7 @@ from storage.base import (
     IntegrityError,
     ObjectConflict,
     ObjectNotFound,
+    ObjectTooLarge,
     Store,
     StoredObject,
     StoreError,
@@ -116,11 +117,19 @@ class S3Store(Store):
     def uri_for(self, key: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}{key}"
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
         uri = self.uri_for(key)
         with self._errors(uri):
             try:
-                return self._client.get_object(Bucket=self.bucket, Key=self._full_key(key))["Body"].read()
+                found = self._client.get_object(Bucket=self.bucket, Key=self._full_key(key))
+                if max_bytes is None:
+                    return found["Body"].read()
+                # The response's length comes before its body: a large object is refused without reading it.
+                if found["ContentLength"] > max_bytes:
+                    found["Body"].close()
+                    raise ObjectTooLarge(f"{uri} is {found['ContentLength']:,} bytes, over the {max_bytes:,}-byte "
+                                         f"limit")
+                return found["Body"].read(max_bytes + 1)
             except boto_errors.ClientError as exc:
                 if _code(exc) == "NoSuchKey":
                     raise ObjectNotFound(f"no object at {uri}") from exc

@@ -10,6 +10,7 @@ from storage.base import (
     IntegrityError,
     ObjectConflict,
     ObjectNotFound,
+    ObjectTooLarge,
     Store,
     StoredObject,
     StoreError,
@@ -19,7 +20,7 @@ from storage.base import (
 from storage.local import LocalStore
 from storage.s3 import S3Store
 
-__all__ = ["IntegrityError", "ObjectConflict", "ObjectNotFound", "Store", "StoredObject", "StoreError",
+__all__ = ["IntegrityError", "ObjectConflict", "ObjectNotFound", "ObjectTooLarge", "Store", "StoredObject", "StoreError",
            "StoreUnavailable", "open_store", "sha256_hex"]
 
 

@@ -16,6 +16,7 @@ from storage.stores import (
     IntegrityError,
     ObjectConflict,
     ObjectNotFound,
+    ObjectTooLarge,
     StoreError,
     StoreUnavailable,
     open_store,
@@ -152,6 +153,14 @@ def test_replace_writes_whatever_is_there(store):
         store.uri_for("run/results.jsonl")
     store.replace("run/results.jsonl", b'{"id": "a"}\n{"id": "b"}\n', content_type="application/jsonl")
     assert store.get("run/results.jsonl") == b'{"id": "a"}\n{"id": "b"}\n'
+
+
+def test_get_refuses_an_object_over_its_byte_limit_before_reading_it(store, video):
+    store.put(KEY, video, sha256=sha256_hex(video), metadata=META)
+    assert store.get(KEY, max_bytes=len(video)) == video, "at the limit: read"
+    with pytest.raises(ObjectTooLarge, match=f"is {len(video):,} bytes, over the {len(video) - 1:,}-byte limit"):
+        store.get(KEY, max_bytes=len(video) - 1)
+    assert not ObjectTooLarge.retryable
 
 
 def test_missing_object(store):
