@@ -6,6 +6,7 @@ A manifest names a model; only the operator maps names to folders (the built-in 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,18 @@ class ModelInfo:
     # WanPipeline.__call__ defaults to 512 text tokens but encode_prompt to 226: always pass it, and key caches on it.
     max_sequence_length: int = 512
     builtin: bool = False
+    # How it takes a picture a video starts from (a manifest's `image`): None, it does not (the field is refused);
+    # "first_frame", the picture VAE-encoded is the first latent frame, held clean with timestep 0 on its tokens, as
+    # Wan 2.2 TI2V conditions (engine.first_frame); "pipeline", the pipeline's own image-to-video path, Wan 2.1 I2V's
+    # image encoder and mask channels (engine.i2v), where every video needs a picture and fits one window.
+    image_condition: str | None = None
+    # Whether a video that starts from a picture may share a batch with text-only videos of its shape. A first_frame
+    # model renders both in one loop (a text-only video's tokens get the step's timestep either way, and renders as
+    # it does alone to within rounding, tested); false keeps them in batches of their own (Shape.image).
+    mixed_image_batches: bool = True
+    # A diffusers folder whose components fill in those `path` lacks: a fine-tune shipped as only the parts it
+    # changed (`toy-i2v` is a transformer over `toy`'s folder).
+    base: Path | None = None
 
     def chunk_plan(self, frames: int) -> ChunkPlan:
         """How a video of `frames` is rendered: one pass, or chunks of the window."""
@@ -75,7 +88,12 @@ TINY = ModelInfo(
     max_frames=33,
     max_sequence_length=64,
     builtin=True,
+    image_condition="first_frame",
 )
+
+# `tiny`'s image-to-video sibling: diffusers' Wan 2.1 I2V architecture (engine.tiny.build_tiny_i2v_pipeline), random
+# weights, for testing the pipeline path.
+TINY_I2V = dataclasses.replace(TINY, name="tiny-i2v", image_condition="pipeline")
 
 # The `toy` model, trained here on the toy world (engine.toy.train); registered once its weights are in this folder.
 TOY_WEIGHTS = Path(__file__).resolve().parent / "toy" / "weights"
@@ -95,6 +113,12 @@ TOY = ModelInfo(
     chunk_condition="clean",
 )
 
+# `toy`'s transformer fine-tuned to start from a picture of the toy world (engine.toy.train_first_frame); the rest of
+# the pipeline is `toy`'s, loaded from its folder. Registered once its transformer is in this folder.
+TOY_I2V_WEIGHTS = Path(__file__).resolve().parent / "toy" / "weights-i2v"
+TOY_I2V = dataclasses.replace(TOY, name="toy-i2v", path=TOY_I2V_WEIGHTS, base=TOY_WEIGHTS,
+                              image_condition="first_frame")
+
 # Wan2.1-T2V-1.3B's published defaults (832x480, 81 frames at 16 fps, 50 steps, guidance 5.0).
 WAN_DEFAULTS = ModelDefaults(width=832, height=480, fps=16, duration_s=5.0, steps=50, guidance=5.0)
 
@@ -102,10 +126,13 @@ _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__da
 
 
 def builtin_models() -> dict[str, ModelInfo]:
-    """`tiny` always; `toy` once its trained weights are in place (`reelbatch toy train --out engine/toy/weights`)."""
-    models = {"tiny": TINY}
+    """`tiny` and `tiny-i2v` always; `toy` once its trained weights are in place (`reelbatch toy train --out
+    engine/toy/weights`), and `toy-i2v` once its transformer is too (`reelbatch toy first-frame`)."""
+    models = {"tiny": TINY, "tiny-i2v": TINY_I2V}
     if (TOY_WEIGHTS / "model_index.json").is_file():
         models["toy"] = TOY
+        if (TOY_I2V_WEIGHTS / "transformer" / "config.json").is_file():
+            models["toy-i2v"] = TOY_I2V
     return models
 
 
@@ -137,6 +164,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
           defaults: {width: 832, height: 480, fps: 16, duration_s: 5, steps: 50, guidance: 5.0}
           max_frames: 81      # the window; longer videos render in chunks sharing chunk_overlap latents (2)
           chunk_condition: noised   # or clean, for a model trained to continue a clean prefix
+          image_condition: pipeline # takes a manifest's `image`: first_frame or pipeline (absent: it does not)
+          mixed_image_batches: true # image and text-only videos of one shape may share a batch
+          base: /models/Wan2.1-I2V-14B-480P-Diffusers  # components the folder lacks are loaded from here
     """
     registry = Registry()
     if models_file is None:
@@ -151,8 +181,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
         if not isinstance(entry, dict) or "path" not in entry:
             raise ModelNotFound(f"{models_file}: model {name!r} needs a 'path' to a local diffusers folder")
         path = Path(entry["path"]).expanduser()
-        if not (path / "model_index.json").is_file():
-            raise ModelNotFound(f"{models_file}: model {name!r}: {path} holds no model_index.json")
+        base = Path(entry["base"]).expanduser() if entry.get("base") is not None else None
+        if not ((base or path) / "model_index.json").is_file():
+            raise ModelNotFound(f"{models_file}: model {name!r}: {base or path} holds no model_index.json")
         given = entry.get("defaults") or {}
         unknown = set(given) - set(_DEFAULT_FIELDS)
         if unknown:
@@ -168,6 +199,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
             chunk_overlap=int(entry.get("chunk_overlap", 2)),
             chunk_condition=_chunk_condition(models_file, name, entry.get("chunk_condition", "noised")),
             max_sequence_length=int(entry.get("max_sequence_length", 512)),
+            image_condition=_image_condition(models_file, name, entry.get("image_condition")),
+            mixed_image_batches=_flag(models_file, name, "mixed_image_batches", entry.get("mixed_image_batches", True)),
+            base=base,
         )
     return registry
 
@@ -180,3 +214,19 @@ def _chunk_condition(models_file: Path, name: str, value: object) -> str:
         raise ModelNotFound(f"{models_file}: model {name!r}: chunk_condition must be one of "
                             f"{', '.join(CHUNK_CONDITIONS)}, got {value!r}")
     return str(value)
+
+
+IMAGE_CONDITIONS = ("first_frame", "pipeline")
+
+
+def _image_condition(models_file: Path, name: str, value: object) -> str | None:
+    if value is not None and value not in IMAGE_CONDITIONS:
+        raise ModelNotFound(f"{models_file}: model {name!r}: image_condition must be one of "
+                            f"{', '.join(IMAGE_CONDITIONS)} (or left out: no images), got {value!r}")
+    return value
+
+
+def _flag(models_file: Path, name: str, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ModelNotFound(f"{models_file}: model {name!r}: {key} must be true or false, got {value!r}")
+    return value
