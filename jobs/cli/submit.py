@@ -79,7 +79,8 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, new_r
             check_gate: bool = False) -> queries.Submitted:
     with err.status(f"validating {manifest}"):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                             sets=sets or (), allowed_outputs=settings.allowed_outputs)
+                             sets=sets or (), allowed_outputs=settings.allowed_outputs,
+                             allowed_inputs=settings.allowed_inputs)
     if check_gate and settings.engine_config().lossy():
         _check_gate(settings, spec.model)
     factory = session_factory(settings.database_url)

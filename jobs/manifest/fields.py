@@ -13,6 +13,7 @@ import unicodedata
 from collections.abc import Callable
 from urllib.parse import unquote
 
+from engine.images import FITS
 from engine.models import MAX_CHUNKS, ModelInfo
 from jobs.manifest.values import Date, FieldError, got, shown
 
@@ -27,7 +28,8 @@ MAX_GUIDANCE = 30.0
 MAX_PRIORITY = 9
 RESOLUTION_PRESETS = {"480p": (832, 480), "720p": (1280, 720)}
 
-VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "duration_s", "fps", "steps", "guidance")
+VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "duration_s", "fps", "steps", "guidance",
+                "image", "fit")
 RUN_FIELDS = ("name", "model", "output", "priority", "defaults", "videos")
 
 # --- Scalars --------------------------------------------------------------------------------------------------------
@@ -112,6 +114,14 @@ def check_guidance(value: object, text: str | None) -> float:
 
 def check_priority(value: object, text: str | None) -> int:
     return _integer(value, text, 0, MAX_PRIORITY)
+
+
+def check_fit(value: object, text: str | None) -> str:
+    """How an image of another aspect ratio meets the video's size (engine.images.fit_image)."""
+    s = _string(value, text)
+    if s not in FITS:
+        raise FieldError(f"must be one of {', '.join(FITS)}, got {shown(s)}")
+    return s
 
 
 # --- Names ----------------------------------------------------------------------------------------------------------
@@ -235,8 +245,10 @@ def plan_frames(model: ModelInfo, duration_s: float, fps: int) -> int:
     return frames
 
 
-def video_checks(model: ModelInfo | None) -> dict[str, Callable[[object, str | None], object]]:
-    """Field name -> checker for a video or `defaults` entry. Without a model (unregistered), any multiple passes."""
+def video_checks(model: ModelInfo | None,
+                 image: Callable[[object, str | None], object]) -> dict[str, Callable[[object, str | None], object]]:
+    """Field name -> checker for a video or `defaults` entry. Without a model (unregistered), any multiple passes.
+    `image`: the manifest's image checker (jobs.manifest.images.ImageChecker), which knows its folder."""
     multiple = model.spatial_multiple if model else 1
     return {
         "id": check_name,
@@ -248,4 +260,6 @@ def video_checks(model: ModelInfo | None) -> dict[str, Callable[[object, str | N
         "fps": check_fps,
         "steps": check_steps,
         "guidance": check_guidance,
+        "image": image,
+        "fit": check_fit,
     }

@@ -29,6 +29,7 @@ from jobs.manifest.fields import (
     plan_frames,
     video_checks,
 )
+from jobs.manifest.images import ImageChecker, check_video_image
 from jobs.manifest.read import load_jsonl, read_text
 from jobs.manifest.specs import Report, RunSpec, VideoSpec
 from jobs.manifest.values import INVALID, MAX_VIDEOS, FieldError, Item, Map, Seq, shown
@@ -45,6 +46,8 @@ def load_manifest(
     priority: int | None = None,
     sets: Sequence[str] = (),
     allowed_outputs: Sequence[str] | None = None,
+    allowed_inputs: Sequence[str] | None = None,
+    folder: str | None = None,
 ) -> RunSpec:
     """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
 
@@ -53,6 +56,9 @@ def load_manifest(
     keyword arguments, when given, override the file's values (the file's own value is then not checked), and each
     `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
     from the video, else `defaults`, else the model's defaults. `allowed_outputs`: URI prefixes `output` must be under.
+    `allowed_inputs`: prefixes an image outside the manifest's folder must be under (REELBATCH_ALLOWED_INPUTS; none
+    by default). `folder`: where relative image paths are (default the manifest file's folder; a schedule's S3
+    manifest passes its s3:// prefix).
     """
     path = Path(path)
     report = Report(str(path))
@@ -75,7 +81,8 @@ def load_manifest(
         if top is None:
             report.raise_any()
         entries = _yaml_videos(top, report)
-    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets)
+    images = ImageChecker(folder if folder is not None else path.absolute().parent, allowed_inputs)
+    spec = _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets, images)
     report.raise_any()
     return spec
 
@@ -83,7 +90,8 @@ def load_manifest(
 # --- Assembly: run fields, defaults, videos -----------------------------------------------------------------------
 
 
-def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets) -> RunSpec | None:
+def _assemble(top, entries, report, registry, path, allowed, name, model, output, priority, sets,
+              images) -> RunSpec | None:
     run_name = _pick(top, report, "name", name, check_name, required=True)
     model_name = _pick(top, report, "model", model, partial(check_model, names=registry.names()), default="tiny")
     out = _pick(top, report, "output", output, check_output, default=None)
@@ -99,19 +107,21 @@ def _assemble(top, entries, report, registry, path, allowed, name, model, output
             hint = " (video fields go in each video or under 'defaults')" if key in VIDEO_FIELDS else ""
             report(item.line, key, _unknown(key, RUN_FIELDS) + hint)
     info = registry.models[model_name] if model_name is not INVALID else None
-    checks = video_checks(info)
+    checks = video_checks(info, images)
     defaults = _defaults(top, sets, report, checks)
     defaults_too_long = _check_default_frames(defaults, info, report)
     seen: dict[str, tuple[int, str]] = {}
     videos = []
+    takers = [n for n in registry.names() if registry.models[n].image_condition]
     for item, prefix in entries:
         video = _video(item, prefix, defaults, checks, info, seen, defaults_too_long, report)
-        if video is not None:
+        if video is not None and check_video_image(item.value, prefix, defaults, video, info, takers, report):
             videos.append(video)
     if report.issues:
         return None
     return RunSpec(run_name, model_name, out, prio, str(path.absolute()), tuple(videos),
-                   _content_sha256(run_name, model_name, out, prio, videos))
+                   _content_sha256(run_name, model_name, out, prio, videos),
+                   separate_image_batches=not info.mixed_image_batches)
 
 
 def _pick(top: Map, report, key, override, check, *, required=False, default=None):
@@ -243,6 +253,7 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
         return defaults.get(key, (fallback,))[0]  # INVALID: reported at `defaults`
 
     size = get("resolution", (d.width, d.height))
+    image, fit = get("image", None), get("fit", None)
     values = dict(prompt=get("prompt", None), negative_prompt=get("negative_prompt", None), seed=get("seed", None),
                   duration_s=get("duration_s", d.duration_s), fps=get("fps", d.fps), steps=get("steps", d.steps),
                   guidance=get("guidance", float(d.guidance)))
@@ -255,7 +266,7 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
         except FieldError as exc:
             where = vmap.items.get("duration_s") or vmap.items.get("fps")
             report(where.line if where else vmap.line, prefix + "duration_s", str(exc))
-    if not ok or frames is None or size is INVALID or any(v is INVALID for v in values.values()):
+    if not ok or frames is None or size is INVALID or any(v is INVALID for v in (*values.values(), image, fit)):
         return None
     chunks = info.chunk_plan(frames).chunks if info else 1
     return VideoSpec(id=own["id"], line=vmap.line, prompt=values["prompt"], negative_prompt=values["negative_prompt"],
@@ -263,7 +274,9 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
                      duration_s=frames / values["fps"], steps=values["steps"], guidance=float(values["guidance"]),
                      requested_duration_s=float(values["duration_s"]), chunks=chunks,
                      window=info.max_frames if chunks > 1 else frames,
-                     chunk_overlap=info.chunk_overlap if chunks > 1 else 0)
+                     chunk_overlap=info.chunk_overlap if chunks > 1 else 0,
+                     image=image.uri if image else None, image_sha256=image.sha256 if image else None,
+                     fit=(fit or "crop") if image else None)
 
 
 def _yaml_videos(top: Map, report) -> list[tuple[Item, str]]:
@@ -306,9 +319,13 @@ def _allowed_key(prefix: str) -> str:
         raise UsageError(f"allowed output prefix {prefix!r} {exc}") from None
 
 
+_IMAGE_FIELDS = ("image", "image_sha256", "fit")
+
+
 def _content_sha256(name, model, output, priority, videos) -> str:
     # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run.
     doc = {"name": name, "model": model, "output": output, "priority": priority,
-           "videos": [{k: v for k, v in vars(video).items() if k != "line"} for video in videos]}
+           "videos": [{k: v for k, v in vars(video).items() if k != "line" and not (k in _IMAGE_FIELDS and v is None)}
+                      for video in videos]}
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -18,6 +18,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
 
+import numpy as np
 from typing_extensions import assert_never
 
 from engine.engine import Engine
@@ -29,6 +30,7 @@ from jobs.render import keys, record
 from jobs.render.attempts import charge_cancelled, retry
 from jobs.render.chunks import chunk_request, drop_checkpoints
 from jobs.render.finisher import BatchResult, Finisher, finish
+from jobs.render.images import attach_images
 from jobs.render.keeper import LeaseKeeper, Stop
 from jobs.render.record import VideoOutput
 from jobs.render.store import store_all
@@ -61,7 +63,11 @@ def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 
     warmed = []
     for shape, waiting in waiting_shapes(factory, shapes):
         size = min(settings.max_batch, waiting)
-        requests = tuple(RenderRequest(-1 - i, "warm-up", None, i) for i in range(size))
+        # A model that renders every video from an image warms up from a black one.
+        image = None
+        if shape.model in engine.registry and engine.registry.get(shape.model).image_condition == "pipeline":
+            image = np.zeros((shape.height, shape.width, 3), dtype=np.uint8)
+        requests = tuple(RenderRequest(-1 - i, "warm-up", None, i, image=image) for i in range(size))
         try:
             engine.render(RenderBatch(replace(shape, steps=1), requests))
         except Exception as exc:  # noqa: BLE001 - a shape that cannot render fails its own videos, not the worker
@@ -97,13 +103,17 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
     with ExitStack() as held:
         keeper = held.enter_context(LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit))
         adopted, todo = _adopt_earlier_uploads(settings, factory, claim, meter)
+        pairs, unreadable = attach_images(claim.batch.shape, [(r, u) for r, u in zip(claim.batch.requests,
+                                                                                       claim.units) if u in todo])
+        outcomes = [retry(settings, factory, unit, error, meter) for unit, error in unreadable]
+        retried, failed = outcomes.count(True), outcomes.count(False)
+        todo = [u for _, u in pairs]
         if not todo:
-            return BatchResult(len(claim.units), adopted)
+            return BatchResult(len(claim.units), adopted, retried, failed)
         try:
             with meter.busy(u.video_id for u in todo) as span:
                 batch = RenderBatch(claim.batch.shape, tuple(
-                    chunk_request(factory, keys.store_for(u.output), r, u)
-                    for r, u in zip(claim.batch.requests, claim.units) if u in todo))
+                    chunk_request(factory, keys.store_for(u.output), r, u) for r, u in pairs))
                 rendered = engine.render(batch, should_stop=keeper.should_stop)
         except RenderInterrupted as exc:
             return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted, meter,
@@ -117,10 +127,15 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         store = partial(store_all, settings, factory, claim, todo, rendered, span.seconds / len(todo), adopted,
                         engine, on_ready, meter)
         if finisher is None:
-            return store()
+            return _with_unreadable(store(), retried, failed)
         # The finisher's thread stores the batch and then lets its leases go (the keeper leaves with it).
         finisher.submit(partial(logs.current_context().run, finish, store, held.pop_all()))
-        return BatchResult(len(claim.units), pending=len(todo))
+        return BatchResult(len(claim.units), retried=retried, failed=failed, pending=len(todo))
+
+
+def _with_unreadable(result: BatchResult, retried: int, failed: int) -> BatchResult:
+    """A stored batch's result, counting the videos whose image failed before the render."""
+    return replace(result, retried=result.retried + retried, failed=result.failed + failed)
 
 
 def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,

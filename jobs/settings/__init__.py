@@ -29,6 +29,7 @@ class Settings:
     broker_url: str
     output: str
     allowed_outputs: tuple[str, ...] | None
+    allowed_inputs: tuple[str, ...] | None
     models_file: Path | None
     cache_dir: Path
     queue: str

@@ -66,6 +66,9 @@ VARIABLES: tuple[Variable, ...] = (
       "S3-compatible store; credentials as usual for boto3)"),
     V("REELBATCH_ALLOWED_OUTPUTS", "allowed_outputs", prefixes, None, "any",
       "comma-separated URI prefixes a manifest's `output` must lie under"),
+    V("REELBATCH_ALLOWED_INPUTS", "allowed_inputs", prefixes, None, "none",
+      "comma-separated folders (`/dir/`, `file:///dir/`) and `s3://BUCKET/PREFIX/` prefixes a manifest's `image` "
+      "may be read from; an image beside the manifest (a relative path inside its folder) needs none"),
     V("REELBATCH_MODELS", "models_file", path, None, "only the built-in models",
       "path of the models file (docs/MODELS.md)"),
     V("REELBATCH_CACHE_DIR", "cache_dir", path, lambda: Path.home() / ".cache" / "reelbatch", "`~/.cache/reelbatch`",

@@ -37,6 +37,10 @@ class ClaimedUnit:
     chunk: int = 0
     chunks: int = 1
     chunk_overlap: int = 0
+    # The video's image (jobs.render.images reads it for its first chunk): URI, SHA-256 at submit, fit.
+    image_uri: str | None = None
+    image_sha256: str | None = None
+    image_fit: str | None = None
 
     @property
     def chunked(self) -> bool:
@@ -92,7 +96,8 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float)
         return Claim(
             RenderBatch(shape, tuple(RenderRequest(v.id, v.prompt, v.negative_prompt, v.seed) for _, v, _ in claimed)),
             tuple(ClaimedUnit(u.id, u.lease_token, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
-                              u.attempts, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap)
+                              u.attempts, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap, v.image_uri,
+                              v.image_sha256, v.image_fit)
                   for u, v, r in claimed),
         )
 
