@@ -1,15 +1,15 @@
 """videos that start from an image: its URI, its SHA-256 at submit, and how it is fitted to the video
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-01
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0006'
-down_revision = '0005'
+revision = '0009'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 
