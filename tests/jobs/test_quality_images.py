@@ -53,7 +53,7 @@ def quick_i2v(tmp_path_factory, model_cache):
 
 def test_the_image_set_is_pictures_of_the_toy_world_that_match_their_prompts():
     cases = image_set(32, 32)
-    assert len(cases) == 80 >= 40 and len({c.prompt for c in cases}) == 80
+    assert len(cases) == 80 and len({c.prompt for c in cases}) == 80  # the issue asks for at least 40
     assert len({c.image.tobytes() for c in cases}) == 80 and len({c.seed for c in cases}) == 80
     for case in cases:
         assert case.image.shape == (32, 32, 3) and case.image.dtype == np.uint8
