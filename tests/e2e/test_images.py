@@ -64,6 +64,12 @@ def test_images_from_s3_on_tiny(cli, cli_env, s3_env, tmp_path, model_cache):
     assert refused.returncode == 2 and f"{manifest}:4: videos[0].image:" in refused.stderr
     assert "is not under an allowed input prefix" in refused.stderr and "Traceback" not in refused.stderr
     cli.env["REELBATCH_ALLOWED_INPUTS"] = f"s3://{s3_env}/assets/"
+    gone = tmp_path / "gone.yaml"
+    gone.write_text(f"name: gone\nvideos:\n  - {{id: a, prompt: p, image: s3://{s3_env}/assets/gone.png}}\n")
+    refused = cli("submit", str(gone), check=False)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip() == (f"{gone}:3: videos[0].image: 's3://{s3_env}/assets/gone.png': no such image: "
+                                      f"s3://{s3_env}/assets/gone.png"), refused.stderr
     report = cli.json("run", str(manifest))
     assert report["counts"]["succeeded"] == 2
     videos = {v["id"]: v for v in report["videos"]}
@@ -75,15 +81,21 @@ def test_images_from_s3_on_tiny(cli, cli_env, s3_env, tmp_path, model_cache):
 
 def test_a_manifest_with_bad_images_exits_2_and_writes_nothing(cli, tmp_path):
     (tmp_path / "fake.png").write_bytes(b"not a picture")
+    Image.new("RGB", (8193, 1)).save(tmp_path / "wide.png")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: bad\nmodel: toy\nvideos:\n  - {id: a, prompt: p, image: fake.png}\n"
-                   "  - {id: b, prompt: p, image: /etc/hostname}\n")
+    bad.write_text("name: bad\nmodel: toy-i2v\nvideos:\n  - {id: a, prompt: p, image: fake.png}\n"
+                   "  - {id: b, prompt: p, image: /etc/hostname}\n  - {id: c, prompt: p, image: gone.png}\n"
+                   "  - {id: d, prompt: p, image: wide.png}\n  - {id: e, prompt: p, image: wide.png, fit: squash}\n")
     proc = cli("submit", str(bad), check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert lines[0] == (f"{bad}:4: videos[0].image: 'fake.png': {(tmp_path / 'fake.png').as_uri()} is not a "
                         f"decodable image (not PNG, JPEG, WEBP data)")
     assert lines[1].startswith(f"{bad}:5: videos[1].image: '/etc/hostname' is not under an allowed input prefix")
+    assert lines[2].startswith(f"{bad}:6: videos[2].image: 'gone.png': no such image: file://"), lines[2]
+    assert lines[3].startswith(f"{bad}:7: videos[3].image: 'wide.png'") and \
+        "is 8193x1 px, over the 8192 px limit a side" in lines[3], lines[3]
+    assert any(line.startswith(f"{bad}:8: videos[4].fit:") and "'squash'" in line for line in lines), lines
     db = tmp_path / "reelbatch.db"
     if db.exists():
         assert sqlite3.connect(db).execute("select count(*) from runs").fetchone() == (0,)
