@@ -88,7 +88,7 @@ def first_frame(
     quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps).")] = False,
     evaluate: Annotated[bool, typer.Option(help="Judge the result and write the model card.")] = True,
 ) -> None:
-    """Fine-tune the toy model's transformer to start videos from a given picture (toy-i2v), on CPU: about 25
+    """Fine-tune the toy model's transformer to start videos from a given picture (toy-i2v), on CPU: about 60
     minutes on 2 busy cores. Writes the transformer and a model card (README.md) to --out."""
     import torch
 
