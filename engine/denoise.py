@@ -45,7 +45,8 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
             width: int, frames: int, steps: int, guidance: float, generators: list[torch.Generator],
             guidance_2: float | None = None, batched_guidance: bool = True, guidance_steps: int | None = None,
             conditions: list[torch.Tensor | None] | None = None, release_sigma: float = 0.0,
-            clean_condition: bool = False, should_stop: Callable[[], str | None] | None = None,
+            clean_condition: bool = False, images: list[torch.Tensor | None] | None = None,
+            should_stop: Callable[[], str | None] | None = None,
             activate: Callable[[torch.nn.Module], None] | None = None) -> torch.Tensor:
     """Latents for a batch, as `pipe(..., output_type="latent", guidance_scale=guidance,
     guidance_scale_2=guidance_2)` returns them. `guidance_steps`: guide only the first this many steps (None: all of
@@ -60,6 +61,12 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     every step instead and their tokens get timestep 0 (the rest the step's), as diffusion forcing feeds a clean
     prefix and Wan 2.2 TI2V its first frame (the transformer's per-token timesteps): for a model trained to continue
     one (`toy`).
+
+    `images` (one per video, None for one without): the latents (C, 1, h, w) of the picture a video starts from
+    (engine.first_frame), its first latent frame held clean at every step with timestep 0 on its tokens, as Wan 2.2
+    TI2V conditions on its first frame (WanImageToVideoPipeline with expand_timesteps), whatever `clean_condition` and
+    `release_sigma` say of chunk ties. A video has an image or a condition, never both (a long video's image is its
+    first chunk's).
     """
     device = pipe._execution_device
     transformer = pipe.transformer
@@ -77,14 +84,16 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     latents = pipe.prepare_latents(batch, transformer.config.in_channels, height, width, frames, torch.float32,
                                    device, generators, None)
     pipe.scheduler.set_begin_index(0)
-    tie = _ties(conditions, latents)
+    tie = _ties(conditions, images, clean_condition, latents)
     # Per-token timesteps, as a (batch, tokens) multiplier of the step's timestep: 1 everywhere for TI2V (the
-    # pipeline's all-ones mask, as float32, so `keep * t` is its `mask * t` bit for bit), 0 on tokens held clean.
-    # None: one timestep per sample, as Wan 2.1's pipeline passes it.
+    # pipeline's all-ones mask, as float32, so `keep * t` is its `mask * t` bit for bit), 0 on tokens held clean (a
+    # first frame, a clean chunk tie). None: one timestep per sample, as Wan 2.1's pipeline passes it.
     keep = None
-    if pipe.config.expand_timesteps or (clean_condition and tie is not None):
-        tied = torch.tensor([0 if c is None else c.shape[1] for c in conditions]
-                            if clean_condition and tie is not None else [0] * batch)
+    held_clean = tie is not None and (clean_condition or any(i is not None for i in images or ()))
+    if pipe.config.expand_timesteps or held_clean:
+        tied = torch.tensor([_clean_frames(c, i, clean_condition) for c, i in zip(conditions or [None] * batch,
+                                                                                   images or [None] * batch)]
+                            if held_clean else [0] * batch)
         keep = (~tied_tokens(tied, latents, transformer.config.patch_size)).to(torch.float32)
     context = torch.cat([cond, uncond]) if guided and batched_guidance else None
 
@@ -112,8 +121,9 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
 
     # 6. Denoising loop
     for i, t in enumerate(timesteps):
-        if tie is not None and float(pipe.scheduler.sigmas[i]) >= release_sigma:
-            latents = tie(latents, 0.0 if clean_condition else float(pipe.scheduler.sigmas[i]))
+        if tie is not None:
+            sigma = float(pipe.scheduler.sigmas[i])
+            latents = tie(latents, sigma, released=sigma < release_sigma)
         if boundary is None or t >= boundary:  # Wan 2.1, or Wan 2.2's high-noise stage
             model, scale = transformer, guidance
         else:  # Wan 2.2's low-noise stage
@@ -133,27 +143,47 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
         latents = pipe.scheduler.step(noise_pred, t, latents, return_dict=False)[0]
         if should_stop is not None and (reason := should_stop()):
             raise RenderInterrupted(reason)
-    if tie is not None and release_sigma <= 0:
-        latents = tie(latents, 0.0)
+    if tie is not None:
+        latents = tie(latents, 0.0, released=release_sigma > 0)
     return latents
 
 
-def _ties(conditions: list[torch.Tensor | None] | None, noise: torch.Tensor):
-    """A function setting each conditioned video's first latent frames to its condition at a noise level; None when
-    no video is conditioned."""
-    if not conditions or all(c is None for c in conditions):
+def _ties(conditions: list[torch.Tensor | None] | None, images: list[torch.Tensor | None] | None, clean: bool,
+          noise: torch.Tensor):
+    """A function setting each tied video's first latent frames at a step: an image's latent always clean; a chunk's
+    condition noised to the step's level with the video's own initial noise (clean with `clean`), unless `released`.
+    None when no video is tied."""
+    tied = []  # (video, clean latents, their initial noise, held: an image, tied to the end whatever the release)
+    for i, latent in enumerate(conditions or ()):
+        if latent is not None:
+            tied.append((i, latent, False))
+    for i, latent in enumerate(images or ()):
+        if latent is not None:
+            if conditions and conditions[i] is not None:
+                raise ValueError(f"video {i} of the batch has both an image and a chunk condition")
+            tied.append((i, latent, True))
+    if not tied:
         return None
-    index = [i for i, c in enumerate(conditions) if c is not None]
-    clean = torch.stack([conditions[i] for i in index]).to(noise.device, noise.dtype)
-    frames = clean.shape[2]
-    start_noise = noise[index, :, :frames].clone()
+    tied = [(i, c.to(noise.device, noise.dtype), noise[i, :, : c.shape[1]].clone(), held) for i, c, held in tied]
 
-    def tie(latents: torch.Tensor, sigma: float) -> torch.Tensor:
+    def tie(latents: torch.Tensor, sigma: float, released: bool = False) -> torch.Tensor:
         latents = latents.clone()
-        latents[index, :, :frames] = (1 - sigma) * clean + sigma * start_noise
+        for i, c, start_noise, held in tied:
+            if held:
+                latents[i, :, : c.shape[1]] = c
+            elif not released:
+                s = 0.0 if clean else sigma
+                latents[i, :, : c.shape[1]] = (1 - s) * c + s * start_noise
         return latents
 
     return tie
+
+
+def _clean_frames(condition: torch.Tensor | None, image: torch.Tensor | None, clean: bool) -> int:
+    """How many of a video's first latent frames are held clean (their tokens get timestep 0)."""
+    if image is not None:
+        return image.shape[1]
+    return condition.shape[1] if clean and condition is not None else 0
 
 
 def tied_tokens(tied_frames: torch.Tensor, latents: torch.Tensor, patch_size: tuple[int, int, int]) -> torch.Tensor:

@@ -15,16 +15,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine import adapt, denoise, gates
+from engine import adapt, denoise, gates, i2v
 from engine.chunks import chunk_seed
 from engine.config import EngineConfig
 from engine.errors import ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
 from engine.experts import ExpertSwap, experts
 from engine.fast_ops import use_fast_vae_norm
+from engine.first_frame import first_frame_latents
+from engine.loading import load_pipeline
 from engine.models import ModelInfo, Registry
 from engine.stitch import seam_score, stitch
-from engine.text_cache import TextEmbeddingCache, model_identity
-from engine.tiny import ensure_tiny
+from engine.text_cache import ALL_PARTS, TEXT_PARTS, TextEmbeddingCache, model_identity
+from engine.tiny import ensure_builtin
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape, add_stages
 
 log = logging.getLogger(__name__)
@@ -56,21 +58,34 @@ class Engine:
         info = self.registry.get(name)
         needed = [s for s in (gates.DISTILLED if info.teacher else "", self.config.lossy()) if s]
         if needed and name not in self.gate_checked:
-            identity = adapt.identity(info, self.model_path(info))
+            identity = self.gate_identity(info)
             for setting in needed:
                 gates.require(self.config.cache_dir, name, identity, setting)
             self.gate_checked.add(name)
 
     def model_path(self, info: ModelInfo):
         if info.builtin:
-            return ensure_tiny(self.config.cache_dir)
-        if info.path is None or not (info.path / "model_index.json").is_file():
+            return ensure_builtin(self.config.cache_dir, info.name)
+        whole = info.path is not None and (info.path / "model_index.json").is_file()
+        if not whole and not (info.base is not None and info.path is not None and info.path.is_dir()):
             raise ModelNotFound(f"model {info.name!r}: {info.path} holds no model_index.json")
         return info.path
 
     def loaded(self) -> tuple[str, ...]:
         """The models whose pipelines are loaded, least recently used first."""
         return tuple(self._pipelines)
+
+    def identity(self, info: ModelInfo, parts: tuple[str, ...]) -> str:
+        """engine.text_cache.model_identity of the model's `parts`, over its base's too when it has one (a part
+        its folder lacks is the base's)."""
+        own = model_identity(self.model_path(info), parts)
+        return own if info.base is None else f"{own}+{model_identity(info.base, parts)}"
+
+    def gate_identity(self, info: ModelInfo) -> str:
+        """What a registration's quality gates are recorded and checked under: engine.adapt.identity (its folder,
+        adapters, sampler and decoder), with its base's identity when it has one."""
+        own = adapt.identity(info, self.model_path(info))
+        return own if info.base is None else f"{own}+{model_identity(info.base, ALL_PARTS)}"
 
     def pipeline(self, name: str):
         """The loaded pipeline for a registered model: loaded on first use and kept while it is among the
@@ -80,7 +95,6 @@ class Engine:
         else:
             import diffusers
             import transformers
-            from diffusers import WanPipeline
 
             diffusers.utils.logging.disable_progress_bar()
             transformers.utils.logging.disable_progress_bar()
@@ -92,9 +106,7 @@ class Engine:
             # After the checks above, so a model that cannot load unloads none.
             self._make_room(max(self.config.max_models, 1) - 1)
             log.info("loading model %s from %s on %s (%s)", name, path, device, dtype)
-            # Wan's VAE is numerically sensitive: keep it in fp32 whatever the transformer runs in.
-            pipe = WanPipeline.from_pretrained(path, dtype={"default": dtype, "vae": torch.float32},
-                                               use_safetensors=True)
+            pipe = load_pipeline(info, path, dtype)
             # A registration's adapters fused, its sampler and light decoder (engine.adapt), before compiling.
             self._decoders[name] = adapt.apply(pipe, info, device)
             if info.offload_idle_expert and getattr(pipe, "transformer_2", None) is not None:
@@ -186,13 +198,24 @@ class Engine:
         with torch.inference_mode():
             embeds, negative = self._embeddings(shape, info, pipe, requests)
             clock.lap("text")
-            # 1. Denoise to latents: the engine's loop (WanPipeline's, bit for bit in exact mode; guidance batched,
-            # lossy accelerators, chunks, the expert swap), or, for a pipeline it does not know, diffusers' own
-            # stopped before decoding.
+            # 1. Denoise to latents: the pipeline's image-to-video loop; the engine's loop (WanPipeline's, bit for
+            # bit in exact mode; guidance batched, lossy accelerators, first frames and chunk ties, the expert swap);
+            # or, for a pipeline it does not know, diffusers' own stopped before decoding.
             config = self.config
             conditions = [r.condition for r in requests]
+            _check_images(shape, requests)
+            images = self._first_frames(info, pipe, requests)
             chunked = any(c is not None for c in conditions) or any(r.latents_only for r in requests)
-            if denoise.supports(pipe):
+            if info.image_condition == "pipeline":
+                if config.lossy() or chunked:
+                    raise RenderError(f"{shape.model}: lossy settings and long videos are not available on the "
+                                      f"pipeline image-to-video path")
+                latents = i2v.denoise_i2v(
+                    pipe, images=[r.image for r in requests], prompt_embeds=embeds, negative_prompt_embeds=negative,
+                    height=shape.height, width=shape.width, frames=shape.frames, steps=shape.steps,
+                    guidance=shape.guidance, generators=generators, should_stop=should_stop,
+                )
+            elif denoise.supports(pipe):
                 steps = config.steps_for(shape.steps)
                 swap = self.swaps.get(shape.model)
                 latents = denoise.denoise(
@@ -201,11 +224,11 @@ class Engine:
                     guidance_2=info.guidance_2, generators=generators, batched_guidance=config.batched_guidance,
                     guidance_steps=config.guided_steps(steps), conditions=conditions,
                     release_sigma=config.chunk_release_sigma, clean_condition=info.chunk_condition == "clean",
-                    should_stop=should_stop, activate=swap.activate if swap else None,
+                    images=images, should_stop=should_stop, activate=swap.activate if swap else None,
                 )
-            elif config.lossy() or chunked:
-                raise RenderError(f"{shape.model}: lossy settings and long videos need a pipeline engine.denoise "
-                                  "supports")
+            elif config.lossy() or chunked or images:
+                raise RenderError(f"{shape.model}: lossy settings, long videos and first frames need a pipeline "
+                                  "engine.denoise supports")
             else:
                 latents = pipe(
                     prompt_embeds=embeds,
@@ -259,7 +282,9 @@ class Engine:
         stages: dict[str, float] = {}
         for k in range(chunk_plan.chunks):
             condition = chunks[-1][:, -chunk_plan.overlap:] if chunks else None
-            chunk = replace(request, seed=chunk_seed(request.seed, k), condition=condition, latents_only=True)
+            # The picture starts the first chunk; later ones are tied to the chunk before.
+            chunk = replace(request, seed=chunk_seed(request.seed, k), condition=condition, latents_only=True,
+                            image=request.image if k == 0 else None)
             (done,) = self.render(RenderBatch(shape, (chunk,)))
             if done.error:
                 return RenderedVideo(request, None, f"chunk {k}: {done.error}", stages), chunks
@@ -274,6 +299,19 @@ class Engine:
         video = self.decode(model, stitch(chunks, chunk_plan), request)
         seams = seam_score(video.frames, chunk_plan.seams()) if video.frames is not None else None
         return replace(video, stages=add_stages(stages, video.stages), seam_score=seams)
+
+    def _first_frames(self, info: ModelInfo, pipe, requests) -> list[torch.Tensor] | None:
+        """For a first_frame model, each video's picture as its first latent frame (None for a video without one);
+        None when no video of the batch has a picture. RenderError for a picture on a model that takes none."""
+        if info.image_condition == "pipeline":
+            if any(r.image is None for r in requests):
+                raise RenderError(f"model {info.name!r} renders from an image: every video needs one")
+            return None
+        if all(r.image is None for r in requests):
+            return None
+        if info.image_condition is None:
+            raise RenderError(f"model {info.name!r} does not take images (its registration has no image_condition)")
+        return [None if r.image is None else first_frame_latents(pipe, r.image) for r in requests]
 
     def _embeddings(self, shape, info: ModelInfo, pipe, requests) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Prompt and negative-prompt embeddings, from the cache when it is on; the negative ones only when the
@@ -295,7 +333,7 @@ class Engine:
             if self.text_cache is None:
                 return encode(texts)
             if shape.model not in self._identities:
-                self._identities[shape.model] = model_identity(self.model_path(info))
+                self._identities[shape.model] = self.identity(info, TEXT_PARTS)
             return self.text_cache.embeddings(self._identities[shape.model], pipe.text_encoder.dtype,
                                               info.max_sequence_length, texts, encode).to(device)
 
@@ -315,6 +353,14 @@ def _check_shape(pipe, shape) -> None:
         raise RenderError(f"{shape.width}x{shape.height}: sides must be multiples of {multiple} for {shape.model}")
     if shape.frames % temporal != 1:
         raise RenderError(f"{shape.frames} frames: {shape.model} renders {temporal}k+1 frames")
+
+
+def _check_images(shape: Shape, requests) -> None:
+    """Pictures come fitted to the video's size (engine.images.fit_image); anything else is a caller's bug."""
+    for r in requests:
+        if r.image is not None and (r.image.shape != (shape.height, shape.width, 3) or r.image.dtype != np.uint8):
+            raise RenderError(f"video {r.video_id}: its image is {r.image.dtype} {r.image.shape}, expected uint8 "
+                              f"{(shape.height, shape.width, 3)}")
 
 
 def decode_latents(pipe, latents: torch.Tensor, decoder: torch.nn.Module | None = None) -> np.ndarray:

@@ -79,6 +79,18 @@ class ModelInfo:
     # Two-expert folders: keep the idle expert in CPU memory and swap at the boundary (engine.experts), so device
     # memory holds one expert, not two.
     offload_idle_expert: bool = False
+    # How it takes a picture a video starts from (a manifest's `image`): None, it does not (the field is refused);
+    # "first_frame", the picture VAE-encoded is the first latent frame, held clean with timestep 0 on its tokens, as
+    # Wan 2.2 TI2V conditions (engine.first_frame); "pipeline", the pipeline's own image-to-video path, Wan 2.1 I2V's
+    # image encoder and mask channels (engine.i2v), where every video needs a picture and fits one window.
+    image_condition: str | None = None
+    # Whether a video that starts from a picture may share a batch with text-only videos of its shape. A first_frame
+    # model renders both in one loop (a text-only video's tokens get the step's timestep either way, and renders as
+    # it does alone to within rounding, tested); false keeps them in batches of their own (Shape.image).
+    mixed_image_batches: bool = True
+    # A diffusers folder whose components fill in those `path` lacks: a fine-tune shipped as only the parts it
+    # changed (`toy-i2v` is a transformer over `toy`'s folder).
+    base: Path | None = None
 
     def chunk_plan(self, frames: int) -> ChunkPlan:
         """How a video of `frames` is rendered: one pass, or chunks of the window."""
@@ -102,7 +114,12 @@ TINY = ModelInfo(
     max_frames=33,
     max_sequence_length=64,
     builtin=True,
+    image_condition="first_frame",
 )
+
+# `tiny`'s image-to-video sibling: diffusers' Wan 2.1 I2V architecture (engine.tiny.build_tiny_i2v_pipeline), random
+# weights, for testing the pipeline path.
+TINY_I2V = dataclasses.replace(TINY, name="tiny-i2v", image_condition="pipeline")
 
 # The `toy` model, trained here on the toy world (engine.toy.train); registered once its weights are in this folder.
 TOY_WEIGHTS = Path(__file__).resolve().parent / "toy" / "weights"
@@ -130,6 +147,11 @@ TOY_FAST = dataclasses.replace(
     adapters=(Adapter(TOY_FAST_WEIGHTS / "adapter.safetensors"),),
     sampler=Sampler("flow_euler", 3.0, 0.1), decoder=TOY_FAST_WEIGHTS / "decoder", teacher="toy",
 )
+# `toy`'s transformer fine-tuned to start from a picture of the toy world (engine.toy.train_first_frame); the rest of
+# the pipeline is `toy`'s, loaded from its folder. Registered once its transformer is in this folder.
+TOY_I2V_WEIGHTS = Path(__file__).resolve().parent / "toy" / "weights-i2v"
+TOY_I2V = dataclasses.replace(TOY, name="toy-i2v", path=TOY_I2V_WEIGHTS, base=TOY_WEIGHTS,
+                              image_condition="first_frame")
 
 # Wan2.1-T2V-1.3B's published defaults (832x480, 81 frames at 16 fps, 50 steps, guidance 5.0).
 WAN_DEFAULTS = ModelDefaults(**{f: getattr(PUBLISHED["wan2.1"], f) for f in ModelDefaults.__dataclass_fields__})
@@ -138,13 +160,16 @@ _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__da
 
 
 def builtin_models() -> dict[str, ModelInfo]:
-    """`tiny` always; `toy` once its trained weights are in place (`reelbatch toy train --out engine/toy/weights`),
-    and `toy-fast` beside it once distilled (`reelbatch toy distill --out engine/toy/weights-fast`)."""
-    models = {"tiny": TINY}
+    """`tiny` and `tiny-i2v` always; `toy` once its trained weights are in place (`reelbatch toy train --out
+    engine/toy/weights`), `toy-fast` beside it once distilled (`reelbatch toy distill --out engine/toy/weights-fast`),
+    and `toy-i2v` once its transformer is in place (`reelbatch toy first-frame`)."""
+    models = {"tiny": TINY, "tiny-i2v": TINY_I2V}
     if (TOY_WEIGHTS / "model_index.json").is_file():
         models["toy"] = TOY
         if TOY_FAST.adapters[0].path.is_file() and TOY_FAST.decoder is not None and TOY_FAST.decoder.is_dir():
             models["toy-fast"] = TOY_FAST
+        if (TOY_I2V_WEIGHTS / "transformer" / "config.json").is_file():
+            models["toy-i2v"] = TOY_I2V
     return models
 
 
@@ -192,6 +217,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
     The folder's own files say its family (engine.families), its frame rule and the sides it allows; what the
     file leaves out comes from the family's published defaults. Each addition (adapters, sampler, decoder,
     teacher) is checked here, from file headers and configs (engine.registration).
+          image_condition: pipeline # takes a manifest's `image`: first_frame or pipeline (absent: it does not)
+          mixed_image_batches: true # image and text-only videos of one shape may share a batch
+          base: /models/Wan2.1-I2V-14B-480P-Diffusers  # components the folder lacks are loaded from here
     """
     registry = Registry()
     if models_file is None:
@@ -210,9 +238,10 @@ def load_registry(models_file: Path | None = None) -> Registry:
             raise ModelNotFound(f"{models_file}: model {name!r} needs a 'path' to a local diffusers folder")
         where = f"{models_file}: model {name!r}"
         path = Path(entry["path"]).expanduser()
-        if not (path / "model_index.json").is_file():
-            raise ModelNotFound(f"{where}: {path} holds no model_index.json")
-        facts = read_folder(path, where)
+        base = Path(entry["base"]).expanduser() if entry.get("base") is not None else None
+        if not ((base or path) / "model_index.json").is_file():
+            raise ModelNotFound(f"{where}: {base or path} holds no model_index.json")
+        facts = read_folder(base or path, where)
         published = PUBLISHED[facts.family]
         given = entry.get("defaults") or {}
         unknown = set(given) - set(_DEFAULT_FIELDS)
@@ -234,6 +263,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
             boundary_ratio=facts.boundary_ratio,
             **_experts(where, entry, facts, published),
             **_additions(models_file, str(name), entry, path),
+            image_condition=_image_condition(models_file, name, entry.get("image_condition")),
+            mixed_image_batches=_flag(models_file, name, "mixed_image_batches", entry.get("mixed_image_batches", True)),
+            base=base,
         )
     for info in registry.models.values():
         if info.teacher is not None and (info.teacher not in registry or info.teacher == info.name):
@@ -311,3 +343,17 @@ def _experts(where: str, entry: dict, facts: FolderFacts, published: Published) 
     if not isinstance(offload, bool):
         raise ModelNotFound(f"{where}: offload_idle_expert must be true or false, got {offload!r}")
     return {"guidance_2": None if guidance_2 is None else float(guidance_2), "offload_idle_expert": offload}
+IMAGE_CONDITIONS = ("first_frame", "pipeline")
+
+
+def _image_condition(models_file: Path, name: str, value: object) -> str | None:
+    if value is not None and value not in IMAGE_CONDITIONS:
+        raise ModelNotFound(f"{models_file}: model {name!r}: image_condition must be one of "
+                            f"{', '.join(IMAGE_CONDITIONS)} (or left out: no images), got {value!r}")
+    return value
+
+
+def _flag(models_file: Path, name: str, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ModelNotFound(f"{models_file}: model {name!r}: {key} must be true or false, got {value!r}")
+    return value

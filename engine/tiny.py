@@ -23,6 +23,7 @@ import torch
 TINY_VERSION = "tiny-v1"
 TINY_A14B_VERSION = "tiny-a14b-v1"
 TINY_TI2V_VERSION = "tiny-ti2v-v1"
+TINY_I2V_VERSION = "tiny-i2v-v1"
 TINY_SEED = 20261130
 
 # Byte-level vocabulary: 3 specials, then one token per byte value.
@@ -130,6 +131,36 @@ def build_tiny_ti2v_pipeline():
         transformer = _transformer(48)
     return WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, transformer=transformer,
                        scheduler=_unipc(5.0), expand_timesteps=True)
+def build_tiny_i2v_pipeline():
+    """`tiny-i2v`: diffusers' Wan 2.1 image-to-video architecture (WanImageToVideoPipeline: a CLIP image encoder,
+    and a transformer that reads 16 latent + 4 mask + 16 condition channels and attends to the image's embedding)
+    at toy widths, random weights, deterministic from TINY_SEED. Its text encoder, tokenizer and VAE are `tiny`'s."""
+    import transformers
+    from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    # transformers 5 names the Pillow-backed processor apart (the plain name wants torchvision); older ones have
+    # only the plain name, which is Pillow-backed there.
+    processor = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
+
+    base = build_tiny_pipeline()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED + 1)
+        image_encoder = CLIPVisionModel(CLIPVisionConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32,
+            patch_size=8, projection_dim=16,
+        ))
+        # Wan2.1-I2V's layout at toy widths: image_dim is the image encoder's width, added_kv_proj_dim the
+        # transformer's (heads x head dim).
+        transformer = WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=36, out_channels=16,
+            text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads", rope_max_seq_len=256, image_dim=16, added_kv_proj_dim=32,
+        )
+    image_processor = processor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    return WanImageToVideoPipeline(tokenizer=base.tokenizer, text_encoder=base.text_encoder, vae=base.vae,
+                                   scheduler=base.scheduler, image_processor=image_processor,
+                                   image_encoder=image_encoder, transformer=transformer)
 
 
 def ensure_tiny(cache_dir: Path) -> Path:
@@ -143,6 +174,17 @@ def ensure_tiny_a14b(cache_dir: Path) -> Path:
 
 def ensure_tiny_ti2v(cache_dir: Path) -> Path:
     return ensure_built(cache_dir, TINY_TI2V_VERSION, build_tiny_ti2v_pipeline)
+# Built-in models made here rather than trained: registered name -> (cache folder, builder).
+BUILDS: dict[str, tuple[str, Callable[[], object]]] = {
+    "tiny": (TINY_VERSION, build_tiny_pipeline),
+    "tiny-i2v": (TINY_I2V_VERSION, build_tiny_i2v_pipeline),
+}
+
+
+def ensure_builtin(cache_dir: Path, name: str) -> Path:
+    """Path of the saved built-in model `name`, building it on first use."""
+    version, build = BUILDS[name]
+    return ensure_built(cache_dir, version, build)
 
 
 def ensure_built(cache_dir: Path, name: str, build: Callable[[], object]) -> Path:

@@ -19,10 +19,15 @@ class Shape:
     frames: int
     steps: int
     guidance: float
+    # Videos that start from an image, kept out of batches with text-only videos (a model's registration says
+    # whether they must be: ModelInfo.mixed_image_batches). False for text-only videos and for image videos that may
+    # share a batch with them, so both keep the plain key.
+    image: bool = False
 
     def key(self) -> str:
         """A stable text form, stored on work units so the database can group same-shape work."""
-        return f"{self.model}|{self.width}x{self.height}|f{self.frames}|s{self.steps}|g{self.guidance:g}"
+        key = f"{self.model}|{self.width}x{self.height}|f{self.frames}|s{self.steps}|g{self.guidance:g}"
+        return key + "|image" if self.image else key
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,10 @@ class RenderRequest:
     condition: Any = field(default=None, compare=False, repr=False)
     # Return the latents, not decoded frames: a chunk whose video is stitched and decoded later.
     latents_only: bool = False
+    # The picture the video starts from: uint8 (H, W, 3) at the batch's width and height, already fitted
+    # (engine.images.fit_image). None for a text-only video and for a long video's later chunks, which are tied to
+    # the chunk before instead.
+    image: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,12 @@ class KeyTooLong(StoreError):
     retryable = False
 
 
+class ObjectTooLarge(StoreError):
+    """`get` with `max_bytes` found a larger object: nothing of it was read (a manifest's image over its limit)."""
+
+    retryable = False
+
+
 @dataclass(frozen=True)
 class TooLong:
     """How a key overflows a store: which name or whole key, its size and the limit, in UTF-8 bytes."""
@@ -108,7 +114,8 @@ class Store(ABC):
     def uri_for(self, key: str) -> str: ...
 
     @abstractmethod
-    def get(self, key: str) -> bytes: ...
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
+        """The object's bytes; ObjectTooLarge, before reading them, when it is over `max_bytes`."""
 
     @abstractmethod
     def exists(self, key: str) -> bool: ...

@@ -13,6 +13,7 @@ from storage.base import (
     KeyTooLong,
     ObjectConflict,
     ObjectNotFound,
+    ObjectTooLarge,
     Store,
     StoredObject,
     StoreError,
@@ -108,10 +109,19 @@ class LocalStore(Store):
     def too_long(self, key: str) -> TooLong | None:
         return too_long(self.root, key)
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
         path = self._path(key)
         try:
-            return path.read_bytes()
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size  # of the file opened, so a rename cannot swap it after the check
+                if max_bytes is not None and size > max_bytes:
+                    raise ObjectTooLarge(f"{self.uri_for(key)} is {size:,} bytes, over the {max_bytes:,}-byte limit")
+                data = f.read(size + 1)  # one byte more tells a file that grew since the check
+            if max_bytes is not None and len(data) > max_bytes:
+                raise ObjectTooLarge(f"{self.uri_for(key)} grew past the {max_bytes:,}-byte limit while read")
+            return data
+        except IsADirectoryError as exc:
+            raise ObjectNotFound(f"no object at {self.uri_for(key)}: it is a folder") from exc
         except FileNotFoundError as exc:
             raise ObjectNotFound(f"no object at {self.uri_for(key)}") from exc
         except OSError as exc:

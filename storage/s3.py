@@ -20,6 +20,7 @@ from storage.base import (
     KeyTooLong,
     ObjectConflict,
     ObjectNotFound,
+    ObjectTooLarge,
     Store,
     StoredObject,
     StoreError,
@@ -132,11 +133,19 @@ class S3Store(Store):
     def too_long(self, key: str) -> TooLong | None:
         return too_long(self.prefix, key)
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
         uri = self.uri_for(key)
         with self._errors(uri):
             try:
-                return self._client.get_object(Bucket=self.bucket, Key=self._full_key(key))["Body"].read()
+                found = self._client.get_object(Bucket=self.bucket, Key=self._full_key(key))
+                if max_bytes is None:
+                    return found["Body"].read()
+                # The response's length comes before its body: a large object is refused without reading it.
+                if found["ContentLength"] > max_bytes:
+                    found["Body"].close()
+                    raise ObjectTooLarge(f"{uri} is {found['ContentLength']:,} bytes, over the {max_bytes:,}-byte "
+                                         f"limit")
+                return found["Body"].read(max_bytes + 1)
             except boto_errors.ClientError as exc:
                 if _code(exc) == "NoSuchKey":
                     raise ObjectNotFound(f"no object at {uri}") from exc

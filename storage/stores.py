@@ -11,6 +11,7 @@ from storage.base import (
     KeyTooLong,
     ObjectConflict,
     ObjectNotFound,
+    ObjectTooLarge,
     Store,
     StoredObject,
     StoreError,
@@ -21,8 +22,8 @@ from storage.base import (
 from storage.local import LocalStore
 from storage.s3 import S3Store
 
-__all__ = ["IntegrityError", "KeyTooLong", "ObjectConflict", "ObjectNotFound", "Store", "StoredObject", "StoreError",
-           "StoreUnavailable", "TooLong", "key_too_long", "open_store", "sha256_hex"]
+__all__ = ["IntegrityError", "KeyTooLong", "ObjectConflict", "ObjectNotFound", "ObjectTooLarge", "Store", "StoredObject",
+           "StoreError", "StoreUnavailable", "TooLong", "key_too_long", "open_store", "sha256_hex"]
 
 
 def open_store(uri: str) -> Store:

@@ -56,6 +56,9 @@ from engine.toy.world import BACKGROUNDS, SHAPES, dataset, dataset_specs, render
 log = logging.getLogger(__name__)
 
 STAGES = ("vae", "decoder", "latents", "transformer", "continuation")
+# Stages run by other commands on these weights (engine.toy.train_first_frame: `toy-i2v`), numbered after STAGES so
+# their random draws never repeat a stage's.
+LATER_STAGES = ("first_frame",)
 
 
 @dataclass(frozen=True)
@@ -300,7 +303,7 @@ def _restore(pipe, stage: str, state: dict) -> None:
 
 
 def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
-    return np.random.default_rng([config.seed, STAGES.index(stage), step])
+    return np.random.default_rng([config.seed, (*STAGES, *LATER_STAGES).index(stage), step])
 
 
 def _warmup_cosine(optimizer, total: int, warmup: int):

@@ -23,7 +23,6 @@ from engine import gates
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.metrics import psnr, ssim
-from engine.text_cache import ALL_PARTS, model_identity
 from engine.toy.judge import score
 from jobs.errors import UsageError
 from jobs.quality.evaluate import native_shape, render_cases, round_trip
@@ -72,7 +71,7 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
     configs = lossy_configs(base, candidates)
     cases = sample_set(count)
     exact_engine = Engine(base, registry)
-    identity = model_identity(exact_engine.model_path(registry.get(model)), ALL_PARTS)
+    identity = exact_engine.gate_identity(registry.get(model))  # the key Engine.check_gate reads
 
     def timed(engine: Engine) -> tuple[float, list[np.ndarray]]:
         started = time.perf_counter()

@@ -19,31 +19,43 @@ from jobs.settings import Settings
 
 if TYPE_CHECKING:
     from jobs.quality.evaluate import QualityReport
+    from jobs.quality.images import ImageQualityReport
 
 
 def quality(
-    model: Annotated[str, typer.Option("--model", help="A registered model trained on the toy world.")] = "toy",
+    model: Annotated[Optional[str], typer.Option("--model", help="A registered model trained on the toy world "
+                                                 "(default: toy; with --images, toy-i2v).")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", min=1, max=200, help="Default: the model's.")] = None,
     guidance: Annotated[Optional[float], typer.Option("--guidance", min=0, max=30, help="Default: the model's.")] = None,
     count: Annotated[int, typer.Option("--count", min=16, max=400,
                                        help="Videos in the sample set; 80 holds every prompt once.")] = SAMPLE_SIZE,
     batch: Annotated[int, typer.Option("--batch", min=1, max=64, help="Videos per engine call.")] = 8,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")] = False,
+    images: Annotated[bool, typer.Option("--images", help="Start each video from a picture of the toy world "
+                                         "(image/prompt/seed triples) and judge whether it is kept.")] = False,
 ) -> None:
     """Render a fixed set of toy-world prompts, judge each MP4 from its pixels, and compare the frames with the
-    model's reference renders. Exits 1 when adherence misses a target or the frames drift below 40 dB PSNR."""
-    from jobs.quality.evaluate import run_quality  # here, not at the top: torch only for the command that renders
+    model's reference renders. Exits 1 when adherence misses a target or the frames drift below 40 dB PSNR.
+    With --images, each video starts from a picture: exits 1 when frame 0 falls below 25 dB of the picture after
+    the VAE round trip, or colour, shape and direction are kept in under 90% of videos, or the background in 95%."""
+    # Here, not at the top: torch only for the command that renders.
+    from jobs.quality.evaluate import run_quality
+    from jobs.quality.images import run_image_quality
 
+    model = model or ("toy-i2v" if images else "toy")
+    run = run_image_quality if images else run_quality
     try:
         with Progress(TextColumn("rendering"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=out, transient=True, disable=json_) as bar:
             task = bar.add_task("quality", total=count)
-            report = run_quality(Settings.from_env(), model, steps=steps, guidance=guidance, count=count,
-                                 batch=batch, on_batch=lambda n: bar.advance(task, n))
+            report = run(Settings.from_env(), model, steps=steps, guidance=guidance, count=count,
+                         batch=batch, on_batch=lambda n: bar.advance(task, n))
     except ReelbatchError as exc:
         fail(exc)
     if json_:
         out.print_json(json.dumps(report.to_dict()))
+    elif images:
+        print_image_quality(report)
     else:
         print_quality(report)
     if not report.passed:
@@ -69,4 +81,23 @@ def print_quality(report: QualityReport) -> None:
                   f"{verdict}", highlight=False)
     else:
         out.print(f"no reference comparison: {ref.get('why')}", highlight=False)
+    out.print("PASSED" if report.passed else "FAILED", highlight=False)
+
+
+def print_image_quality(report: ImageQualityReport) -> None:
+    s, first = report.shape, report.first_frame
+    out.print(f"{report.model}: {report.count} videos from pictures, {s['width']}x{s['height']}, {s['frames']} "
+              f"frames, {s['steps']} steps, guidance {s['guidance']:g}, judged after the MP4 round trip "
+              f"({report.seconds:.0f} s)", highlight=False)
+    target = report.targets["first_frame_psnr_db"]
+    verdict = "ok" if first["psnr_db_min"] >= target else "MISSED"
+    out.print(f"frame 0 against the picture after the VAE round trip: PSNR min {first['psnr_db_min']:.1f} dB (mean "
+              f"{first['psnr_db_mean']:.1f}; >= {target:g} required) {verdict}; against the picture itself: min "
+              f"{first['vs_image_psnr_db_min']:.1f}, mean {first['vs_image_psnr_db_mean']:.1f}", highlight=False)
+    table = Table("attribute", "adherence", "target", "")
+    for name, value in report.adherence.items():
+        goal = report.targets.get(name)
+        table.add_row(name, f"{value:.1%}", "" if goal is None else f">= {goal:.0%}",
+                      "" if goal is None else ("ok" if value >= goal else "MISSED"))
+    out.print(table)
     out.print("PASSED" if report.passed else "FAILED", highlight=False)

@@ -90,7 +90,8 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, notif
     with err.status(literal(f"validating {manifest}")):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
                              notify=notify, sets=sets or (), allowed_outputs=settings.allowed_outputs,
-                             allowed_webhooks=settings.allowed_webhooks, default_output=settings.output)
+                             allowed_webhooks=settings.allowed_webhooks, default_output=settings.output,
+                             allowed_inputs=settings.allowed_inputs)
     if spec.notify is not None and settings.webhook_secret is None:
         raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
                          "deliveries could not be signed; set it here and on every worker")

@@ -147,24 +147,87 @@ def distill(
               f"{'passed' if results.gate.passed else 'failed: ' + '; '.join(results.gate.failures)}")
 
 
+# A one-minute run of the first-frame fine-tune, for tests and for trying the command.
+QUICK_FIRST_FRAME = dict(steps=6, clips=64, warmup=2, log_every=3, checkpoint_every=3)
+
+
+@toy_app.command("first-frame")
+def first_frame(
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the fine-tuned transformer and the card go; "
+                                          "engine/toy/weights-i2v is the built-in toy-i2v.")] = Path("toy-i2v"),
+    work: Annotated[Path, typer.Option("--work", help="Checkpoints and the loss log; rerun with the same folder to "
+                                       "resume a killed run.")] = Path(".toy-i2v"),
+    base: Annotated[Optional[Path], typer.Option("--base", help="The toy model to start from (default: the "
+                                                 "built-in toy's folder).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps).")] = False,
+    evaluate: Annotated[bool, typer.Option(help="Judge the result and write the model card.")] = True,
+) -> None:
+    """Fine-tune the toy model's transformer to start videos from a given picture (toy-i2v), on CPU: about 60
+    minutes on 2 busy cores. Writes the transformer and a model card (README.md) to --out."""
+    import torch
+
+    from engine.models import TOY_WEIGHTS
+    from engine.toy.train_first_frame import FirstFrameConfig, train_first_frame
+
+    base = base or TOY_WEIGHTS
+    if not (base / "model_index.json").is_file():
+        fail(UsageError(f"--base: {base} holds no trained toy model (model_index.json); train one with "
+                        f"`reelbatch toy train`"))
+    config = FirstFrameConfig(**QUICK_FIRST_FRAME) if quick else FirstFrameConfig()
+
+    def show(record: dict) -> None:
+        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
+                 if k not in ("stage", "step", "of")]
+        out.print(f"{record['stage']} {record['step']}/{record['of']}: {', '.join(parts)}", highlight=False)
+
+    try:
+        progress = train_first_frame(config, base, work, out_dir, on_log=show)
+    except ValueError as exc:
+        fail(UsageError(str(exc)))
+    out.print(f"trained in {sum(progress.seconds.values()) / 60:.1f} min; saved to {out_dir}")
+    if not evaluate:
+        return
+    from jobs.quality.card_i2v import evaluate_toy_i2v, write_i2v_card
+
+    started = time.monotonic()
+    try:
+        results = evaluate_toy_i2v(Settings.from_env(), out_dir, base)
+    except ReelbatchError as exc:
+        fail(exc)
+    write_i2v_card(out_dir / "README.md", config=config, progress=progress, results=results,
+                   machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+                           f"{torch.__version__}, {torch.get_num_threads()} threads",
+                   evaluation_s=time.monotonic() - started)
+    out.print(f"model card: {out_dir / 'README.md'}; from pictures {results.images.adherence}, first frame "
+              f"{results.images.first_frame}", highlight=False)
+
+
 @toy_app.command("sheet")
 def sheet(
     png: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("toy-sheet.png"),
-    model: Annotated[str, typer.Option("--model", help="A registered model trained on the toy world.")] = "toy",
+    model: Annotated[Optional[str], typer.Option("--model", help="A registered model trained on the toy world "
+                                                 "(default: toy).")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", min=1, max=200, help="Default: the model's.")] = None,
     scale: Annotated[int, typer.Option("--scale", min=1, max=8, help="Pixels per frame pixel.")] = 2,
     prompt: Annotated[Optional[list[str]], typer.Option("--prompt", help="A prompt per row; repeatable. Default: "
                                                         "8 rows covering every colour, shape, direction and "
                                                         "background.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the first row; each next row adds 1.")] = 1,
+    images: Annotated[bool, typer.Option("--images", help="Rows of videos started from pictures of the toy world "
+                                         "(8 triples of `quality --images`'s set): the picture, then the frames. "
+                                         "Default model: toy-i2v.")] = False,
 ) -> None:
     """A contact sheet: one row per video, every frame left to right, each labelled with its prompt, as decoded
     from the MP4 a worker would store."""
     from jobs.quality.sheet import contact_sheet, default_prompts
 
+    if images and prompt:
+        fail(UsageError("--prompt and --images: the image rows have their own prompts"))
+    model = model or ("toy-i2v" if images else "toy")
     try:
         settings = Settings.from_env()
-        rows = contact_sheet(settings, model, prompt or default_prompts(), seed=seed, steps=steps, scale=scale)
+        rows = contact_sheet(settings, model, prompt or default_prompts(), seed=seed, steps=steps, scale=scale,
+                             images=images)
         png.parent.mkdir(parents=True, exist_ok=True)
         rows.save(png)
     except ReelbatchError as exc:

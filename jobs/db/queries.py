@@ -89,15 +89,18 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
             run_id=run.id, key=v.id, line=v.line, prompt=v.prompt, negative_prompt=v.negative_prompt,
             seed=v.seed if v.seed is not None else derive_seed(name, v.id), width=v.width, height=v.height,
             frames=v.frames, fps=v.fps, duration_s=v.duration_s, steps=v.steps, guidance=v.guidance,
-            status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap) for v in spec.videos])
+            status=Status.PENDING, chunks=v.chunks, chunk_overlap=v.chunk_overlap, image_uri=v.image,
+            image_sha256=v.image_sha256, image_fit=v.fit) for v in spec.videos])
         ids = dict(s.execute(select(Video.key, Video.id).where(Video.run_id == run.id)).all())
         rank = unit_rank(spec.priority, now, spec.deadline)
         # A long video's chunks are units of the window's shape, so they batch with short videos of that shape;
-        # only chunk 0 is ready, each later one when the one before it has finished.
+        # only chunk 0 is ready, each later one when the one before it has finished. A video's image starts its
+        # chunk 0, which batches apart from text-only work when the model says so.
         insert_rows(s, WorkUnit, [dict(
             video_id=ids[v.id], chunk=k, frames=v.window, ready=k == 0, priority=spec.priority, rank=rank,
             status=Status.PENDING, model=spec.model,
-            shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance).key())
+            shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance,
+                            image=spec.separate_image_batches and v.image is not None and k == 0).key())
             for v in spec.videos for k in range(v.chunks)])
         return Submitted(run.id, name, len(spec.videos), True, len(spec.videos), spec.model)
 

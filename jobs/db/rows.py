@@ -139,6 +139,11 @@ class Video(Timestamps, Base):
     chunk_overlap: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     seam_score: Mapped[float | None] = mapped_column(Float)
     needs_review: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The picture the video starts from (its first chunk, for a long video): where it is, the SHA-256 its bytes had
+    # at submit (a worker refuses an object that changed since), and how it meets the video's size. None: text only.
+    image_uri: Mapped[str | None] = mapped_column(Text)
+    image_sha256: Mapped[str | None] = mapped_column(String(64))
+    image_fit: Mapped[str | None] = mapped_column(String(8))
 
     run: Mapped[Run] = relationship(back_populates="videos", lazy="raise")
     units: Mapped[list[WorkUnit]] = relationship(back_populates="video", lazy="raise")

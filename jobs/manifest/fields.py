@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
+from engine.images import FITS
 from engine.models import MAX_CHUNKS, ModelInfo
 from jobs.manifest.scalars import is_number
 from jobs.manifest.values import FieldError, got, shown
@@ -31,7 +32,8 @@ MAX_COST_USD = 100_000.0  # a run's cost cap; past this a typo (an extra zero or
 MAX_DEADLINE_AHEAD = timedelta(days=366)
 RESOLUTION_PRESETS = {"480p": (832, 480), "720p": (1280, 720)}
 
-VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "duration_s", "fps", "steps", "guidance")
+VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "duration_s", "fps", "steps", "guidance",
+                "image", "fit")
 RUN_FIELDS = ("name", "model", "output", "priority", "notify", "codec", "crf", "preset", "max_cost_usd",
               "deadline", "defaults", "videos")
 # Run fields that `--set FIELD=VALUE` may give as well (every other `--set` is a video default): a JSONL manifest has
@@ -160,6 +162,12 @@ def check_deadline(value: object, text: str | None) -> datetime | timedelta:
     if moment.tzinfo is None:
         raise FieldError(f"needs a time of day and its time zone: add Z for UTC (such as 2026-12-02T08:00:00Z), got {shown(raw)}")
     return moment.astimezone(timezone.utc)
+def check_fit(value: object, text: str | None) -> str:
+    """How an image of another aspect ratio meets the video's size (engine.images.fit_image)."""
+    s = _string(value, text)
+    if s not in FITS:
+        raise FieldError(f"must be one of {', '.join(FITS)}, got {shown(s)}")
+    return s
 
 
 # --- Names ----------------------------------------------------------------------------------------------------------
@@ -272,8 +280,10 @@ def plan_frames(model: ModelInfo, duration_s: float, fps: int) -> int:
     return frames
 
 
-def video_checks(model: ModelInfo | None) -> dict[str, Callable[[object, str | None], object]]:
-    """Field name -> checker for a video or `defaults` entry. Without a model (unregistered), any multiple passes."""
+def video_checks(model: ModelInfo | None,
+                 image: Callable[[object, str | None], object]) -> dict[str, Callable[[object, str | None], object]]:
+    """Field name -> checker for a video or `defaults` entry. Without a model (unregistered), any multiple passes.
+    `image`: the manifest's image checker (jobs.manifest.images.ImageChecker), which knows its folder."""
     multiple = model.spatial_multiple if model else 1
     return {
         "id": check_name,
@@ -285,4 +295,6 @@ def video_checks(model: ModelInfo | None) -> dict[str, Callable[[object, str | N
         "fps": check_fps,
         "steps": check_steps,
         "guidance": check_guidance,
+        "image": image,
+        "fit": check_fit,
     }

@@ -31,6 +31,7 @@ from jobs.manifest.fields import (
     plan_frames,
     video_checks,
 )
+from jobs.manifest.images import ImageChecker, check_video_image
 from jobs.manifest.limits import pick_deadline, pick_max_cost, split_sets
 from jobs.manifest.outputs import canonical_output, check_output, check_output_allowed
 from jobs.manifest.read import load_jsonl, read_text
@@ -55,6 +56,8 @@ def load_manifest(
     allowed_webhooks: Sequence[str] | None = None,
     now: datetime | None = None,
     default_output: str | None = None,
+    allowed_inputs: Sequence[str] | None = None,
+    folder: str | None = None,
 ) -> RunSpec:
     """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
 
@@ -66,7 +69,9 @@ def load_manifest(
     from the video, else `defaults`, else the model's defaults; a `sets` entry naming a run field of SET_RUN_FIELDS
     (`max_cost_usd`, `deadline`) sets that run field instead. `allowed_outputs`: URI prefixes `output` must be under;
     `allowed_webhooks`: URL prefixes `notify` must be under (none: `notify` is refused). `now` (aware; default the
-    clock): what a deadline must be after, and what a deadline duration counts from.
+    clock): what a deadline must be after, and what a deadline duration counts from. `allowed_inputs`: prefixes an
+    image outside the manifest's folder must be under (REELBATCH_ALLOWED_INPUTS; none by default). `folder`: where
+    relative image paths are (default the manifest file's folder; a schedule's S3 manifest passes its s3:// prefix).
 
     The run's output is held in its canonical form (jobs.manifest.outputs): the manifest's own, else
     `default_output`'s (None when neither is given); the run name and every id must fit the store there.
@@ -95,8 +100,9 @@ def load_manifest(
         entries = _yaml_videos(top, report)
     hooks = tuple(allowed_webhooks) if allowed_webhooks else None
     now = datetime.now(timezone.utc) if now is None else now.astimezone(timezone.utc)
+    images = ImageChecker(folder if folder is not None else path.absolute().parent, allowed_inputs)
     spec = _assemble(top, entries, report, registry, path, allowed, fallback, name, model, output, priority, notify,
-                     hooks, sets, now)
+                     hooks, sets, now, images)
     report.raise_any()
     return spec
 
@@ -105,7 +111,7 @@ def load_manifest(
 
 
 def _assemble(top, entries, report, registry, path, allowed, fallback, name, model, output, priority, notify, hooks,
-              sets, now) -> RunSpec | None:
+              sets, now, images) -> RunSpec | None:
     run_name = _pick(top, report, "name", name, check_name, required=True)
     model_name = _pick(top, report, "model", model, partial(check_model, names=registry.names()), default="tiny")
     out = _pick(top, report, "output", output, check_output, default=None)
@@ -129,17 +135,20 @@ def _assemble(top, entries, report, registry, path, allowed, fallback, name, mod
             hint = " (video fields go in each video or under 'defaults')" if key in VIDEO_FIELDS else ""
             report(item.line, key, _unknown(key, RUN_FIELDS) + hint)
     info = registry.models[model_name] if model_name is not INVALID else None
-    checks = video_checks(info)
+    checks = video_checks(info, images)
     defaults = _defaults(top, sets, report, checks)
     defaults_too_long = _check_default_frames(defaults, info, report)
     seen: dict[str, tuple[int, str]] = {}
     videos = []
+    takers = [n for n in registry.names() if registry.models[n].image_condition]
     for item, prefix in entries:
         video = _video(item, prefix, defaults, checks, info, seen, defaults_too_long, report)
-        if video is not None and codec is not INVALID and unsafe_width(codec, video.width):
+        if video is None or not check_video_image(item.value, prefix, defaults, video, info, takers, report):
+            continue
+        if codec is not INVALID and unsafe_width(codec, video.width):
             report(video.line, prefix + "resolution", f"width {video.width} cannot be encoded as {codec}: libx265 "
                                                       "corrupts memory at that width; use h264 or another width")
-        elif video is not None:
+        else:
             videos.append(video)
     if report.issues:
         return None
@@ -156,7 +165,7 @@ def _assemble(top, entries, report, registry, path, allowed, fallback, name, mod
     encoding = Encoding(codec, crf, preset)
     return RunSpec(run_name, model_name, where, prio, str(path.absolute()), tuple(videos),
                    _content_sha256(run_name, model_name, out, prio, videos, hook, encoding, cap, deadline_form), hook,
-                   encoding, cap, deadline)
+                   encoding, cap, deadline, separate_image_batches=not info.mixed_image_batches)
 
 
 def _pick(top: Map, report, key, override, check, *, required=False, default=None):
@@ -295,6 +304,7 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
         return defaults.get(key, (fallback,))[0]  # INVALID: reported at `defaults`
 
     size = get("resolution", (d.width, d.height))
+    image, fit = get("image", None), get("fit", None)
     values = dict(prompt=get("prompt", None), negative_prompt=get("negative_prompt", None), seed=get("seed", None),
                   duration_s=get("duration_s", d.duration_s), fps=get("fps", d.fps), steps=get("steps", d.steps),
                   guidance=get("guidance", float(d.guidance)))
@@ -307,7 +317,7 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
         except FieldError as exc:
             where = vmap.items.get("duration_s") or vmap.items.get("fps")
             report(at(where) if where else line, prefix + "duration_s", str(exc) + via)
-    if not ok or frames is None or size is INVALID or any(v is INVALID for v in values.values()):
+    if not ok or frames is None or size is INVALID or any(v is INVALID for v in (*values.values(), image, fit)):
         return None
     chunks = info.chunk_plan(frames).chunks if info else 1
     return VideoSpec(id=own["id"], line=line, prompt=values["prompt"], negative_prompt=values["negative_prompt"],
@@ -315,7 +325,9 @@ def _video(item: Item, prefix: str, defaults, checks, info, seen, defaults_too_l
                      duration_s=frames / values["fps"], steps=values["steps"], guidance=float(values["guidance"]),
                      requested_duration_s=float(values["duration_s"]), chunks=chunks,
                      window=info.max_frames if chunks > 1 else frames,
-                     chunk_overlap=info.chunk_overlap if chunks > 1 else 0)
+                     chunk_overlap=info.chunk_overlap if chunks > 1 else 0,
+                     image=image.uri if image else None, image_sha256=image.sha256 if image else None,
+                     fit=(fit or "crop") if image else None)
 
 
 def _yaml_videos(top: Map, report) -> list[tuple[Item, str]]:
@@ -358,10 +370,15 @@ def _canonical(what: str, uri: str) -> str:
         raise UsageError(f"{what} {uri!r} {exc}") from None
 
 
+_IMAGE_FIELDS = ("image", "image_sha256", "fit")
+
+
 def _content_sha256(name, model, output, priority, videos, notify, encoding, max_cost_usd, deadline) -> str:
-    # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run.
+    # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run; and a text-only
+    # video's image fields, so a manifest without images keeps the hash it had before they existed.
     doc = {"name": name, "model": model, "output": output, "priority": priority,
-           "videos": [{k: v for k, v in vars(video).items() if k != "line"} for video in videos]}
+           "videos": [{k: v for k, v in vars(video).items() if k != "line" and not (k in _IMAGE_FIELDS and v is None)}
+                      for video in videos]}
     # Only when set, so a manifest that names none of these keeps the hash (and so the run) it had before they
     # existed.
     if notify is not None:

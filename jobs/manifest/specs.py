@@ -55,6 +55,12 @@ class VideoSpec:
     chunks: int = 1
     window: int = 0  # frames per work unit: `frames` for a video within the window
     chunk_overlap: int = 0
+    # The picture the video starts from (jobs.manifest.images): its canonical URI, the SHA-256 of its bytes at
+    # submit, and how it meets the video's size. All None for a text-only video (and then left out of the content
+    # hash, so text-only runs keep the hash they had before images existed).
+    image: str | None = None
+    image_sha256: str | None = None
+    fit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,10 @@ class RunSpec:
     max_cost_usd: float | None = None  # the run's cost cap (jobs.work.gate)
     # UTC; a duration in the manifest (`PT10H`) is counted from when it was loaded. Its hash takes the form written.
     deadline: datetime | None = None
+    # The model keeps videos that start from an image out of batches with text-only ones (ModelInfo.
+    # mixed_image_batches false): their work units get a shape key of their own. From the registration, not the
+    # manifest, so not part of the content hash.
+    separate_image_batches: bool = False
 
 
 def derive_seed(run_name: str, video_id: str) -> int:

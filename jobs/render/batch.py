@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
 
+import numpy as np
 from typing_extensions import assert_never
 
 from engine.engine import Engine
@@ -28,6 +29,7 @@ from jobs.render import keys, record
 from jobs.render.attempts import charge_released, retry
 from jobs.render.chunks import chunk_request, drop_checkpoints
 from jobs.render.finisher import BatchResult, Finisher, finish
+from jobs.render.images import attach_images
 from jobs.render.keeper import LeaseKeeper, Stop
 from jobs.render.posters import adopted_poster
 from jobs.render.record import VideoOutput
@@ -68,7 +70,11 @@ def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 
     served = serving(settings, engine)
     for shape, waiting in waiting_shapes(factory, shapes, served.models):
         size = min(settings.max_batch, served.max_batch.get(shape.model, settings.max_batch), waiting)
-        requests = tuple(RenderRequest(-1 - i, "warm-up", None, i) for i in range(size))
+        # A model that renders every video from an image warms up from a black one.
+        image = None
+        if shape.model in engine.registry and engine.registry.get(shape.model).image_condition == "pipeline":
+            image = np.zeros((shape.height, shape.width, 3), dtype=np.uint8)
+        requests = tuple(RenderRequest(-1 - i, "warm-up", None, i, image=image) for i in range(size))
         try:
             engine.render(RenderBatch(replace(shape, steps=1), requests))
         except Exception as exc:  # noqa: BLE001 - a shape that cannot render fails its own videos, not the worker
@@ -119,8 +125,13 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         keeper = held.enter_context(LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit,
                                                 stopping))
         adopted, todo = _adopt_earlier_uploads(settings, factory, claim, meter)
+        pairs, unreadable = attach_images(claim.batch.shape, [(r, u) for r, u in zip(claim.batch.requests,
+                                                                                       claim.units) if u in todo])
+        outcomes = [retry(settings, factory, unit, error, meter) for unit, error in unreadable]
+        retried, failed = outcomes.count(True), outcomes.count(False)
+        todo = [u for _, u in pairs]
         if not todo:
-            return BatchResult(len(claim.units), adopted)
+            return BatchResult(len(claim.units), adopted, retried, failed)
         progress = keeper.rendering(len(todo))
         try:
             # Loaded before the busy span: loading the model is the worker's idle time (jobs.cost.ledger), not the
@@ -128,15 +139,15 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
             engine.pipeline(claim.batch.shape.model)
         except Exception as exc:  # noqa: BLE001 - a model that cannot load fails its videos' attempt, as a render would
             log.exception("loading %s failed", claim.batch.shape.model)
-            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted, meter)
+            return _with_unreadable(_retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}",
+                                               adopted, meter), retried, failed)
         # The batch's time limit is for its render: a first batch's import and load (48 s for tiny on a loaded
         # 2-core machine, past the 60 s minimum with its render) no longer fails it.
         keeper.deadline = time.monotonic() + limit
         try:
             with meter.busy(u.video_id for u in todo) as span:
                 batch = RenderBatch(claim.batch.shape, tuple(
-                    chunk_request(factory, keys.store_for(u.output), r, u)
-                    for r, u in zip(claim.batch.requests, claim.units) if u in todo))
+                    chunk_request(factory, keys.store_for(u.output), r, u) for r, u in pairs))
                 rendered = engine.render(batch, should_stop=keeper.should_stop)
         except RenderInterrupted as exc:
             return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted, meter,
@@ -153,11 +164,16 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
             stopping.rendered(progress)
             store = partial(_store_timed, store, stopping, progress)
         if finisher is None:
-            return store()
+            return _with_unreadable(store(), retried, failed)
         # The finisher's thread stores the batch and then lets its leases go (the keeper leaves with it).
         finishing = partial(_then_notice, settings, factory, claim, store)
         finisher.submit(partial(logs.current_context().run, finish, finishing, held.pop_all()))
-        return BatchResult(len(claim.units), pending=len(todo))
+        return BatchResult(len(claim.units), retried=retried, failed=failed, pending=len(todo))
+
+
+def _with_unreadable(result: BatchResult, retried: int, failed: int) -> BatchResult:
+    """A stored batch's result, counting the videos whose image failed before the render."""
+    return replace(result, retried=result.retried + retried, failed=result.failed + failed)
 
 
 def _store_timed(store: Callable[[], BatchResult], stopping: Stopping, progress: BatchProgress) -> BatchResult:

@@ -88,7 +88,8 @@ def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None =
             "attempts": v.attempts, "error": v.last_error,
             "render_s": v.render_s, "encode_s": v.encode_s, "upload_s": v.upload_s,
             "chunks": v.chunks, "seam_score": v.seam_score, "needs_review": v.needs_review,
-            "cancel_reason": v.cancel_reason, "cost_usd": micro / 1e6,
+            "cancel_reason": v.cancel_reason, "image": v.image_uri, "image_sha256": v.image_sha256, "fit": v.image_fit,
+            "cost_usd": micro / 1e6,
         })
     extra = summary(run, videos, price, ledger)
     return {

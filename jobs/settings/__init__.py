@@ -32,6 +32,7 @@ class Settings:
     allowed_webhooks: tuple[str, ...] | None
     webhook_secret: str | None = field(repr=False)
     webhook_backoff_s: float
+    allowed_inputs: tuple[str, ...] | None
     models_file: Path | None
     cache_dir: Path
     queue: str

@@ -84,6 +84,10 @@ class ClaimedUnit:
     chunks: int = 1
     chunk_overlap: int = 0
     encoding: Encoding = DEFAULT  # the run's codec, crf and preset
+    # The video's image (jobs.render.images reads it for its first chunk): URI, SHA-256 at submit, fit.
+    image_uri: str | None = None
+    image_sha256: str | None = None
+    image_fit: str | None = None
 
     @property
     def chunked(self) -> bool:
@@ -147,7 +151,7 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float,
             RenderBatch(shape, tuple(RenderRequest(v.id, v.prompt, v.negative_prompt, v.seed) for _, v, _ in claimed)),
             tuple(ClaimedUnit(u.id, u.lease_token + 1, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
                               u.attempts + 1, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap,
-                              Encoding(r.codec, r.crf, r.preset))
+                              Encoding(r.codec, r.crf, r.preset), v.image_uri, v.image_sha256, v.image_fit)
                   for u, v, r in claimed),
         )
 

@@ -147,10 +147,10 @@ def _finish(factory: queries.Factory, firing_id: int, **outcome) -> None:
 
 def _load(settings: Settings, manifest: str, run_name: str, notify: str | None) -> RunSpec:
     """Read and check the manifest as `submit` does, under the firing's run name (and the schedule's webhook)."""
-    def load(path: Path) -> RunSpec:
+    def load(path: Path, folder: str | None = None) -> RunSpec:
         return load_manifest(path, registry=settings.registry(), name=run_name, notify=notify,
                              allowed_outputs=settings.allowed_outputs, allowed_webhooks=settings.allowed_webhooks,
-                             default_output=settings.output)
+                             default_output=settings.output, allowed_inputs=settings.allowed_inputs, folder=folder)
 
     if not manifest.startswith("s3://"):
         return load(Path(manifest))
@@ -163,7 +163,9 @@ def _load(settings: Settings, manifest: str, run_name: str, notify: str | None) 
             path.write_bytes(body.read(MAX_FILE_BYTES + 1))
             body.close()
         try:
-            spec = load(path)
+            # Relative image paths are beside the manifest's object, not in this temporary folder.
+            parent = PurePosixPath(key).parent.as_posix()
+            spec = load(path, folder=f"s3://{bucket}/" if parent == "." else f"s3://{bucket}/{parent}/")
         except ManifestError as exc:  # name the object, not the temporary file
             raise ManifestError([replace(issue, file=manifest) for issue in exc.issues]) from None
     return replace(spec, source=manifest)

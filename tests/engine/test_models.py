@@ -1,15 +1,19 @@
 """The operator's models file: names mapped to local diffusers folders, loaded with safetensors only."""
 
+import re
 import shutil
 import weakref
 
 import numpy as np
 import pytest
+import torch
+from diffusers import WanTransformer3DModel
 
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
 from engine.models import builtin_models, load_registry
+from engine.text_cache import TEXT_PARTS
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
@@ -111,3 +115,48 @@ def test_at_most_max_models_pipelines_stay_loaded_least_recently_used_leaves(mod
     assert two.loaded() == ("toy", "tiny"), "least recently used first"
     render(two, "other", 5)
     assert two.loaded() == ("tiny", "other"), "toy was used least recently, so toy left"
+def test_image_registrations_are_read_and_bad_values_refused(model_cache, tmp_path):
+    folder = ensure_tiny(model_cache)
+    models = tmp_path / "models.yaml"
+    models.write_text(f"i2v:\n  path: {folder}\n  image_condition: pipeline\n"
+                      f"ti2v:\n  path: {folder}\n  image_condition: first_frame\n  mixed_image_batches: false\n"
+                      f"t2v:\n  path: {folder}\n")
+    registry = load_registry(models)
+    assert (registry.get("i2v").image_condition, registry.get("i2v").mixed_image_batches) == ("pipeline", True)
+    assert (registry.get("ti2v").image_condition, registry.get("ti2v").mixed_image_batches) == ("first_frame", False)
+    assert registry.get("t2v").image_condition is None
+    for entry, message in ((f"m:\n  path: {folder}\n  image_condition: last_frame\n",
+                            "model 'm': image_condition must be one of first_frame, pipeline (or left out: no "
+                            "images), got 'last_frame'"),
+                           (f"m:\n  path: {folder}\n  mixed_image_batches: sometimes\n",
+                            "model 'm': mixed_image_batches must be true or false, got 'sometimes'"),
+                           (f"m:\n  path: {tmp_path}\n  base: {tmp_path / 'nothing'}\n",
+                            f"model 'm': {tmp_path / 'nothing'} holds no model_index.json")):
+        models.write_text(entry)
+        with pytest.raises(ModelNotFound, match=re.escape(message)):
+            load_registry(models)
+
+
+def test_a_fine_tune_ships_only_the_parts_it_changed_over_a_base(model_cache, tmp_path):
+    """A folder holding only transformer/ over `base`: the pipeline is the base's with that transformer. Here the
+    transformer is tiny's own, so the video is tiny's; then a changed transformer changes it."""
+    base = ensure_tiny(model_cache)
+    folder = tmp_path / "fine-tune"
+    shutil.copytree(base / "transformer", folder / "transformer")
+    models = tmp_path / "models.yaml"
+    models.write_text(f"ft:\n  path: {folder}\n  base: {base}\n  max_sequence_length: 64\n")
+    registry = load_registry(models)
+    engine = Engine(EngineConfig(cache_dir=model_cache), registry)
+    request = (RenderRequest(1, "a red circle", None, 3),)
+    mine = engine.render(RenderBatch(Shape("ft", 32, 32, 5, 2, 5.0), request))
+    builtin = engine.render(RenderBatch(Shape("tiny", 32, 32, 5, 2, 5.0), request))
+    assert np.array_equal(mine[0].frames, builtin[0].frames)
+    assert engine.identity(registry.get("ft"), TEXT_PARTS) != engine.identity(registry.get("tiny"), TEXT_PARTS)
+
+    changed = WanTransformer3DModel.from_pretrained(folder / "transformer")
+    with torch.no_grad():
+        changed.proj_out.bias.add_(0.5)
+    changed.save_pretrained(folder / "transformer", safe_serialization=True)
+    other = Engine(EngineConfig(cache_dir=model_cache), load_registry(models))
+    assert not np.array_equal(other.render(RenderBatch(Shape("ft", 32, 32, 5, 2, 5.0), request))[0].frames,
+                              builtin[0].frames)

@@ -18,6 +18,7 @@ from storage.stores import (
     KeyTooLong,
     ObjectConflict,
     ObjectNotFound,
+    ObjectTooLarge,
     StoreError,
     StoreUnavailable,
     key_too_long,
@@ -213,6 +214,12 @@ def test_the_local_limit_is_the_file_systems(tmp_path):
     with pytest.raises(OSError) as caught:
         (tmp_path / ("é" * 128)).write_bytes(b"")
     assert caught.value.errno == errno.ENAMETOOLONG
+def test_get_refuses_an_object_over_its_byte_limit_before_reading_it(store, video):
+    store.put(KEY, video, sha256=sha256_hex(video), metadata=META)
+    assert store.get(KEY, max_bytes=len(video)) == video, "at the limit: read"
+    with pytest.raises(ObjectTooLarge, match=f"is {len(video):,} bytes, over the {len(video) - 1:,}-byte limit"):
+        store.get(KEY, max_bytes=len(video) - 1)
+    assert not ObjectTooLarge.retryable
 
 
 def test_missing_object(store):

@@ -1,0 +1,50 @@
+"""A registered model's pipeline from its folder: the pipeline class its registration names, and, for a model with a
+`base`, the components its own folder holds loaded over the base's (a fine-tune shipped as the parts it changed)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import torch
+
+from engine.errors import ModelNotFound
+from engine.models import ModelInfo
+
+
+def pipeline_class(info: ModelInfo):
+    """WanImageToVideoPipeline for the pipeline image path (its image encoder and mask channels), else WanPipeline.
+    Each imported only when used: importing the image pipeline pulls in CLIP's image processor, which warns when
+    torchvision is missing."""
+    if info.image_condition == "pipeline":
+        from diffusers import WanImageToVideoPipeline
+
+        return WanImageToVideoPipeline
+    from diffusers import WanPipeline
+
+    return WanPipeline
+
+
+def load_pipeline(info: ModelInfo, path: Path, dtype: torch.dtype):
+    """The pipeline in `path` (or `info.base` with `path`'s components over it), safetensors only. Wan's VAE is
+    numerically sensitive: it stays in fp32 whatever the transformer runs in."""
+    dtypes = {"default": dtype, "vae": torch.float32}
+    if info.base is None:
+        return pipeline_class(info).from_pretrained(path, dtype=dtypes, use_safetensors=True)
+    own = {}
+    for name, (library, class_name) in components(info.base).items():
+        if (path / name).is_dir():
+            cls = getattr(importlib.import_module(library), class_name)
+            options = {"torch_dtype": dtypes.get(name, dtype)} if issubclass(cls, torch.nn.Module) else {}
+            own[name] = cls.from_pretrained(path / name, use_safetensors=True, **options)
+    if not own:
+        raise ModelNotFound(f"model {info.name!r}: {path} holds none of the components of its base {info.base}")
+    return pipeline_class(info).from_pretrained(info.base, dtype=dtypes, use_safetensors=True, **own)
+
+
+def components(folder: Path) -> dict[str, tuple[str, str]]:
+    """A diffusers folder's components, from its model_index.json: name -> (library, class)."""
+    index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+    return {name: tuple(value) for name, value in index.items()
+            if not name.startswith("_") and isinstance(value, list) and len(value) == 2 and value[0]}
