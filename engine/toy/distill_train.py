@@ -209,7 +209,7 @@ def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finis
 def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """De-normalised latents (what vae.decode takes): the teacher's final states, and world clips of 33 frames."""
     from engine.toy.model import HEIGHT, WIDTH
-    from engine.toy.train import _encode_clips
+    from engine.toy.plumbing import encode_clips as _encode_clips
     from engine.toy.world import dataset
 
     vae = pipe.vae.config

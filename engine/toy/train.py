@@ -33,12 +33,10 @@ run would have.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,15 +49,22 @@ from engine.toy.model import (
     WIDTH,
     build_toy_pipeline,
 )
+from engine.toy.plumbing import (
+    STAGES,
+    Logger,
+    Progress,
+    check_config,
+    encode_clips,
+    resume,
+    save_checkpoint,
+    stage_rng,
+    to_model_space,
+    warmup_cosine,
+)
+from engine.toy.train_transformer import train_continuation, train_transformer
 from engine.toy.world import BACKGROUNDS, SHAPES, dataset, dataset_specs, render_clip
 
 log = logging.getLogger(__name__)
-
-STAGES = ("vae", "decoder", "latents", "transformer", "continuation")
-# Stages run by other commands on these weights (engine.toy.train_first_frame: `toy-i2v`), numbered after STAGES so
-# their random draws never repeat a stage's.
-LATER_STAGES = ("first_frame",)
-
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -101,21 +106,13 @@ class TrainConfig:
     log_every: int = 25
 
 
-@dataclass
-class Progress:
-    """What a finished (or resumed) run reports: seconds per stage and the last logged losses."""
-
-    seconds: dict[str, float]
-    losses: dict[str, float]
-
-
 def train(config: TrainConfig, work: Path, out: Path, on_log: Callable[[dict], None] | None = None) -> Progress:
     """Run (or resume) every stage in `work`, then write the trained diffusers folder to `out`."""
     work.mkdir(parents=True, exist_ok=True)
-    _check_config(config, work)
+    check_config(config, work)
     torch.manual_seed(config.seed)
     pipe = build_toy_pipeline(config.seed)
-    logger = _Logger(work / "train-log.jsonl", on_log)
+    logger = Logger(work / "train-log.jsonl", on_log)
     progress = Progress(seconds={}, losses={})
     finished: dict[str, dict] = {}  # each stage's saved state, for the stages after it
     stage_funcs = _stage_funcs()
@@ -144,7 +141,7 @@ def export(pipe, out: Path) -> None:
 # ---- stage 1 and 2: the VAE -------------------------------------------------------------------------------------
 
 
-def _train_vae(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict, *,
+def _train_vae(pipe, config: TrainConfig, work: Path, logger: "Logger", finished: dict, *,
                stage: str = "vae") -> dict:
     vae = pipe.vae
     decoder_only = stage == "decoder"
@@ -155,8 +152,8 @@ def _train_vae(pipe, config: TrainConfig, work: Path, logger: "_Logger", finishe
         p.requires_grad_(True)
     total = config.decoder_steps if decoder_only else config.vae_steps
     optimizer = torch.optim.AdamW(params, lr=config.vae_lr, weight_decay=0.0)
-    schedule = _warmup_cosine(optimizer, total, min(config.warmup, total // 10))
-    step, seconds = _resume(work / f"{stage}.last.pt", vae, optimizer, schedule)
+    schedule = warmup_cosine(optimizer, total, min(config.warmup, total // 10))
+    step, seconds = resume(work / f"{stage}.last.pt", vae, optimizer, schedule)
     vae.train()
     started, loss_value = time.monotonic(), float("nan")
     while step < total:
@@ -179,7 +176,8 @@ def _train_vae(pipe, config: TrainConfig, work: Path, logger: "_Logger", finishe
             logger.log(stage=stage, step=step, of=total, loss=loss_value, kl=kl.item(),
                        seconds=seconds + time.monotonic() - started)
         if step % config.checkpoint_every == 0 and step < total:
-            _checkpoint(work / f"{stage}.last.pt", vae, optimizer, schedule, step, seconds + time.monotonic() - started)
+            save_checkpoint(work / f"{stage}.last.pt", vae, optimizer, schedule, step,
+                            seconds + time.monotonic() - started)
     vae.eval()
     vae.requires_grad_(False)
     return {"vae": vae.state_dict(), "seconds": seconds + time.monotonic() - started, "loss": loss_value}
@@ -204,7 +202,7 @@ def decode_unclamped(vae, z: torch.Tensor) -> torch.Tensor:
 
 
 def _vae_batch(config: TrainConfig, stage: str, step: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    rng = _rng(config, stage, step)
+    rng = stage_rng(config, stage, step)
     seed = int(rng.integers(2**31))
     batch, frames = (config.decoder_batch, config.decoder_frames) if stage == "decoder" \
         else (config.vae_batch, config.vae_frames)
@@ -236,36 +234,16 @@ def _vae_batch(config: TrainConfig, stage: str, step: int) -> tuple[torch.Tensor
     return to_model_space(clips), masks
 
 
-def _encode_clips(pipe, pairs, progress: Callable[[int], None] | None = None) -> tuple[torch.Tensor, list[str]]:
-    """(prompt, clip) pairs through the VAE's encoder in batches of 32: the latents' means (B, C, L, h, w) and the
-    prompts in order; `progress` hears the number encoded after each batch."""
-    latents, prompts = [], []
-    pairs = iter(pairs)
-    with torch.no_grad():
-        while batch := [pair for _, pair in zip(range(32), pairs)]:
-            mean, _ = pipe.vae._encode(to_model_space(np.stack([clip for _, clip in batch]))).chunk(2, dim=1)
-            latents.append(mean)
-            prompts += [prompt for prompt, _ in batch]
-            if progress:
-                progress(len(prompts))
-    return torch.cat(latents), prompts
-
-
-def to_model_space(clips: np.ndarray) -> torch.Tensor:
-    """uint8 (B, F, H, W, 3) to float (B, 3, F, H, W) in [-1, 1], the VAE's input range."""
-    return torch.from_numpy(clips).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
-
-
 # ---- stage 3: encoded latents ------------------------------------------------------------------------------------
 
 
-def _encode_latents(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict) -> dict:
+def _encode_latents(pipe, config: TrainConfig, work: Path, logger: "Logger", finished: dict) -> dict:
     started = time.monotonic()
 
     def progress(done: int) -> None:
         logger.log(stage="latents", step=done, of=config.latent_clips, seconds=time.monotonic() - started)
 
-    z, prompts = _encode_clips(pipe, dataset(config.latent_clips, config.seed, frames=FRAMES, width=WIDTH,
+    z, prompts = encode_clips(pipe, dataset(config.latent_clips, config.seed, frames=FRAMES, width=WIDTH,
                                              height=HEIGHT), progress)
     channel_mean = z.mean(dim=(0, 2, 3, 4))
     channel_std = z.std(dim=(0, 2, 3, 4))
@@ -283,8 +261,6 @@ def _encode_latents(pipe, config: TrainConfig, work: Path, logger: "_Logger", fi
 
 
 def _stage_funcs() -> dict[str, Callable]:
-    # Stages 4 and 5 live in engine.toy.train_transformer, which uses this module's plumbing.
-    from engine.toy.train_transformer import train_continuation, train_transformer
 
     return {"vae": _train_vae, "decoder": _train_decoder, "latents": _encode_latents,
             "transformer": train_transformer, "continuation": train_continuation}
@@ -298,68 +274,4 @@ def _restore(pipe, stage: str, state: dict) -> None:
     elif stage in ("transformer", "continuation"):
         pipe.transformer.load_state_dict(state["transformer"])
 
-
-# ---- plumbing ----------------------------------------------------------------------------------------------------
-
-
-def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
-    return np.random.default_rng([config.seed, (*STAGES, *LATER_STAGES).index(stage), step])
-
-
-def _warmup_cosine(optimizer, total: int, warmup: int):
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def _checkpoint(path: Path, model, optimizer, schedule, step: int, seconds: float, average=None) -> None:
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-             "step": step, "seconds": seconds}
-    if average is not None:
-        state["average"] = average.state_dict()
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
-
-
-def _resume(path: Path, model, optimizer, schedule, average=None) -> tuple[int, float]:
-    if not path.is_file():
-        return 0, 0.0
-    state = torch.load(path, weights_only=False)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    if average is not None:
-        average.load_state_dict(state["average"])
-    log.info("resuming %s at step %d", path.name, state["step"])
-    return state["step"], state["seconds"]
-
-
-def _check_config(config: TrainConfig, work: Path) -> None:
-    """A work folder belongs to one config: resuming with another would mix two runs' weights."""
-    saved = work / "config.json"
-    wanted = asdict(config)
-    if saved.is_file():
-        found = json.loads(saved.read_text())
-        if found != wanted:
-            changed = sorted(k for k in wanted if found.get(k) != wanted[k])
-            raise ValueError(f"{work} holds a run with a different config ({', '.join(changed)} differ); "
-                             f"use another work folder or delete it")
-    else:
-        saved.write_text(json.dumps(wanted, indent=2) + "\n")
-
-
-class _Logger:
-    def __init__(self, path: Path, on_log: Callable[[dict], None] | None):
-        self.path, self.on_log = path, on_log
-
-    def log(self, **record) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.on_log:
-            self.on_log(record)
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from engine.toy.model import FRAMES, HEIGHT, TEMPORAL, TOY_SEED, WIDTH
-from engine.toy.train import Progress, _check_config, _encode_clips, _Logger
+from engine.toy.plumbing import Logger, Progress, check_config, encode_clips
 from engine.toy.train_transformer import _flow_matching, _prompt_ids, _texts, prompt_table
 from engine.toy.world import dataset
 
@@ -65,11 +65,11 @@ def train_first_frame(config: FirstFrameConfig, base: Path, work: Path, out: Pat
     from diffusers import WanPipeline
 
     work.mkdir(parents=True, exist_ok=True)
-    _check_config(config, work)
+    check_config(config, work)
     pipe = WanPipeline.from_pretrained(base, use_safetensors=True)
     pipe.text_encoder.requires_grad_(False).eval()
     pipe.vae.requires_grad_(False).eval()
-    logger = _Logger(work / "train-log.jsonl", on_log)
+    logger = Logger(work / "train-log.jsonl", on_log)
     done = work / f"{STAGE}.done.pt"
     if done.is_file():
         state = torch.load(done, weights_only=False)
@@ -85,7 +85,7 @@ def train_first_frame(config: FirstFrameConfig, base: Path, work: Path, out: Pat
     return Progress(seconds={STAGE: state["seconds"]}, losses={STAGE: state["loss"]})
 
 
-def _stage(pipe, config: FirstFrameConfig, work: Path, logger: _Logger) -> dict:
+def _stage(pipe, config: FirstFrameConfig, work: Path, logger: Logger) -> dict:
     started = time.monotonic()
     window = (FRAMES - 1) // TEMPORAL + 1
     offset = window - config.prefix_latents
@@ -95,7 +95,7 @@ def _stage(pipe, config: FirstFrameConfig, work: Path, logger: _Logger) -> dict:
     view = (1, -1, 1, 1, 1)
     mean = torch.tensor(vae.config.latents_mean).view(view)
     std = torch.tensor(vae.config.latents_std).view(view)
-    z, clip_prompts = _encode_clips(pipe, dataset(config.clips, config.seed + 6, frames=frames, width=WIDTH,
+    z, clip_prompts = encode_clips(pipe, dataset(config.clips, config.seed + 6, frames=frames, width=WIDTH,
                                                   height=HEIGHT))
     latents = (z - mean) / std
     prompts, embeds, empty = prompt_table(pipe)

@@ -9,13 +9,17 @@ import copy
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from engine.toy.model import FRAMES, HEIGHT, MAX_SEQUENCE_LENGTH, SCHEDULER_SHIFT, TEMPORAL, WIDTH
-from engine.toy.train import TrainConfig, _checkpoint, _encode_clips, _Logger, _resume, _rng, _warmup_cosine
+from engine.toy.plumbing import Logger, encode_clips, resume, save_checkpoint, stage_rng, warmup_cosine
 from engine.toy.world import COMBINATIONS, dataset
+
+if TYPE_CHECKING:  # the config's type only: engine.toy.train imports this module
+    from engine.toy.train import TrainConfig
 
 # ---- stage 4: the transformer ------------------------------------------------------------------------------------
 
@@ -36,7 +40,7 @@ def shifted_sigmas(u: torch.Tensor, shift: float = SCHEDULER_SHIFT) -> torch.Ten
     return shift * u / (1 + (shift - 1) * u)
 
 
-def train_transformer(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict) -> dict:
+def train_transformer(pipe, config: TrainConfig, work: Path, logger: "Logger", finished: dict) -> dict:
     latents = finished["latents"]["latents"]
     prompts, embeds, empty = prompt_table(pipe)
     prompt_ids = _prompt_ids(prompts, finished["latents"]["prompts"])
@@ -50,7 +54,7 @@ def train_transformer(pipe, config: TrainConfig, work: Path, logger: "_Logger", 
                           steps=config.steps, lr=config.lr, warmup=config.warmup, ema=config.ema)
 
 
-def train_continuation(pipe, config: TrainConfig, work: Path, logger: "_Logger", finished: dict) -> dict:
+def train_continuation(pipe, config: TrainConfig, work: Path, logger: "Logger", finished: dict) -> dict:
     """Stage 5: windows of longer clips, half of them starting `window - prefix` latents in with a clean prefix."""
     started = time.monotonic()
     window = (FRAMES - 1) // TEMPORAL + 1
@@ -60,7 +64,7 @@ def train_continuation(pipe, config: TrainConfig, work: Path, logger: "_Logger",
     stats = finished["latents"]
     view = (1, -1, 1, 1, 1)
     mean, std = torch.tensor(stats["latents_mean"]).view(view), torch.tensor(stats["latents_std"]).view(view)
-    z, clip_prompts = _encode_clips(pipe, dataset(config.continuation_clips, config.seed + 1, frames=frames,
+    z, clip_prompts = encode_clips(pipe, dataset(config.continuation_clips, config.seed + 1, frames=frames,
                                                   width=WIDTH, height=HEIGHT))
     latents = (z - mean) / std
     prompts, embeds, empty = prompt_table(pipe)
@@ -95,7 +99,7 @@ def _texts(config: TrainConfig, rng: np.random.Generator, text: torch.Tensor, em
     return text
 
 
-def _flow_matching(model, config: TrainConfig, work: Path, logger: "_Logger", *, stage: str, batch, steps: int,
+def _flow_matching(model, config: TrainConfig, work: Path, logger: "Logger", *, stage: str, batch, steps: int,
                    lr: float, warmup: int, ema: float, fixed_decay: bool = False) -> dict:
     """The transformer's training loop. `batch(rng)` gives clean latents, text and each clip's number of
     clean prefix latents (0: none); a prefix stays clean, its tokens get timestep 0 and it is outside the loss."""
@@ -104,11 +108,11 @@ def _flow_matching(model, config: TrainConfig, work: Path, logger: "_Logger", *,
     model.requires_grad_(True).train()
     average = copy.deepcopy(model).requires_grad_(False).eval()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    schedule = _warmup_cosine(optimizer, steps, warmup)
-    step, seconds = _resume(work / f"{stage}.last.pt", model, optimizer, schedule, average)
+    schedule = warmup_cosine(optimizer, steps, warmup)
+    step, seconds = resume(work / f"{stage}.last.pt", model, optimizer, schedule, average)
     started, loss_value, smoothed = time.monotonic(), float("nan"), None
     while step < steps:
-        rng = _rng(config, stage, step)
+        rng = stage_rng(config, stage, step)
         generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
         x0, text, prefix = batch(rng)
         noise = torch.randn(x0.shape, generator=generator)
@@ -143,7 +147,7 @@ def _flow_matching(model, config: TrainConfig, work: Path, logger: "_Logger", *,
             logger.log(stage=stage, step=step, of=steps, loss=loss_value, smoothed=smoothed,
                        lr=schedule.get_last_lr()[0], seconds=seconds + time.monotonic() - started)
         if step % config.checkpoint_every == 0 and step < steps:
-            _checkpoint(work / f"{stage}.last.pt", model, optimizer, schedule, step,
+            save_checkpoint(work / f"{stage}.last.pt", model, optimizer, schedule, step,
                         seconds + time.monotonic() - started, average)
     model.load_state_dict(average.state_dict())
     model.requires_grad_(False).eval()

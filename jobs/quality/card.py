@@ -13,7 +13,7 @@ import torch
 from engine.engine import Engine
 from engine.models import TINY, TOY, Registry
 from engine.toy.judge import score
-from engine.toy.train import to_model_space
+from engine.toy.plumbing import to_model_space
 from engine.toy.world import parse_prompt, render_clip, sample_spec
 from jobs.quality.evaluate import (
     REFERENCES,

@@ -105,7 +105,7 @@ def test_a_clean_prefix_trains_at_timestep_0_and_outside_the_loss(tmp_path):
     import torch
 
     from engine.toy.model import build_transformer
-    from engine.toy.train import _Logger
+    from engine.toy.plumbing import Logger
     from engine.toy.train_transformer import _flow_matching
 
     model = build_transformer()
@@ -118,7 +118,7 @@ def test_a_clean_prefix_trains_at_timestep_0_and_outside_the_loss(tmp_path):
     hook = model.register_forward_pre_hook(record, with_kwargs=True)
     config = TrainConfig(**QUICK)
     try:
-        _flow_matching(model, config, tmp_path, _Logger(tmp_path / "log.jsonl", None), stage="continuation",
+        _flow_matching(model, config, tmp_path, Logger(tmp_path / "log.jsonl", None), stage="continuation",
                        batch=lambda rng: (x0, torch.zeros(2, 64, 64), torch.tensor([2, 0])), steps=1,
                        lr=1e-3, warmup=1, ema=0.9)
     finally:
