@@ -59,7 +59,8 @@ def pass_deadline(world, run_id):
 
 
 def sweeper(world):
-    return Sweeper(world.settings, world.factory, threading.Event(), lambda n: None)
+    return Sweeper(world.settings, world.factory, threading.Event(), lambda n, model: None, None,
+                   world.settings.served_models())
 
 
 def states(world, run_id):

@@ -135,7 +135,8 @@ def test_a_bad_log_format_is_refused(tmp_path):
 
 @pytest.mark.parametrize(("args", "env", "message"), [
     (["--models", "tiny,wan-14b"], {},
-     "--models / REELBATCH_WORKER_MODELS: 'wan-14b' not registered here (registered: tiny, toy)"),
+     "--models / REELBATCH_WORKER_MODELS: 'wan-14b' not registered here "
+     "(registered: tiny, tiny-i2v, toy, toy-fast, toy-i2v)"),
     (["--models", "wan 14b"], {},
      "--models: expected comma-separated model names (letters, digits, '.', '_' and '-'), got 'wan 14b'"),
     ([], {"REELBATCH_WORKER_MODELS": ","},
@@ -151,5 +152,5 @@ def test_worker_command_refuses_models_it_cannot_serve(tmp_path, args, env, mess
 
 
 def test_a_worker_serves_every_registered_model_unless_narrowed():
-    assert settings().served_models() == ("tiny", "toy")
+    assert settings().served_models() == ("tiny", "tiny-i2v", "toy", "toy-fast", "toy-i2v")
     assert settings(worker_models=("toy", "toy")).served_models() == ("toy",)
