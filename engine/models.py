@@ -293,7 +293,8 @@ def _additions(models_file: Path, name: str, entry: dict, path: Path, two_expert
         teacher = entry.get("teacher")
         if teacher is not None and not isinstance(teacher, str):
             raise Problem(f"teacher must be a model name, got {teacher!r}")
-        return {"adapters": parse_adapters(entry.get("adapters"), path, two_experts), "sampler": parse_sampler(entry.get("sampler")),
+        return {"adapters": parse_adapters(entry.get("adapters"), path, two_experts),
+                "sampler": parse_sampler(entry.get("sampler")),
                 "decoder": parse_decoder(entry.get("decoder"), path), "teacher": teacher}
     except Problem as problem:
         raise wrap(models_file, name, problem) from None
