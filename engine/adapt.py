@@ -3,8 +3,9 @@ a sampler in place of the folder's scheduler, a light decoder in place of the VA
 gates are recorded under.
 
 Adapters are loaded and fused once, at load, with diffusers' own LoRA API (PEFT underneath): `load_lora_weights`
-per adapter, `set_adapters` with their scales, `fuse_lora`, `unload_lora_weights`. The transformer is then a plain
-transformer with changed weights, so a step costs what an unadapted step costs.
+per adapter (`load_into_transformer_2` for one going to Wan 2.2 A14B's low-noise expert), then for each expert its
+adapters' scales (`set_adapters`) and `fuse_lora` of that component alone, and `unload_lora_weights`. Each expert is
+then a plain transformer with changed weights, so a step costs what an unadapted step costs.
 """
 
 from __future__ import annotations
@@ -16,19 +17,26 @@ import torch
 
 from engine import light_decoder
 from engine.models import ModelInfo
-from engine.registration import SAMPLERS, Sampler
+from engine.registration import HIGH_NOISE, SAMPLERS, Sampler
 from engine.text_cache import ALL_PARTS, model_identity
 
 
 def fuse_adapters(pipe, info: ModelInfo) -> None:
-    """Load every adapter of `info` into the pipeline, fuse them at their scales, and drop the LoRA layers."""
+    """Load every adapter of `info` into its expert, fuse each expert's at their scales, and drop the LoRA layers."""
     if not info.adapters:
         return
-    names = [f"adapter{i}" for i in range(len(info.adapters))]
-    for name, adapter in zip(names, info.adapters):
-        pipe.load_lora_weights(str(adapter.path), adapter_name=name)
-    pipe.set_adapters(names, adapter_weights=[a.scale for a in info.adapters])
-    pipe.fuse_lora(adapter_names=names, lora_scale=1.0)
+    # component -> [(adapter name, scale)], in the registration's order.
+    per_expert: dict[str, list[tuple[str, float]]] = {}
+    for i, adapter in enumerate(info.adapters):
+        name = f"adapter{i}"
+        pipe.load_lora_weights(str(adapter.path), adapter_name=name,
+                               load_into_transformer_2=adapter.component == "transformer_2")
+        per_expert.setdefault(adapter.component, []).append((name, adapter.scale))
+    for component, named in per_expert.items():
+        names = [name for name, _ in named]
+        # The component's own set_adapters: the pipeline's would ask every expert for every adapter's name.
+        getattr(pipe, component).set_adapters(names, [scale for _, scale in named])
+        pipe.fuse_lora(components=[component], adapter_names=names, lora_scale=1.0)
     pipe.unload_lora_weights()
 
 
@@ -51,8 +59,10 @@ def apply(pipe, info: ModelInfo, device: torch.device):
 
 def identity(info: ModelInfo, folder: Path) -> str:
     """What a registration's quality gates are recorded under: the folder's identity (engine.text_cache, every part),
-    and, when it has them, its adapters (file names, sizes, mtimes and scales), sampler and decoder. A registration
-    without them has the folder's identity unchanged, so gates recorded before these fields existed still hold."""
+    and, when it has them, its adapters (file names, sizes, mtimes, scales and experts), sampler and decoder. A
+    registration without them has the folder's identity unchanged, so gates recorded before these fields existed
+    still hold; likewise an adapter on the high-noise expert (the default, and the only one before experts could be
+    named) adds what it added then, and one on the low-noise expert adds its expert too."""
     base = model_identity(folder, ALL_PARTS)
     if not info.adapters and info.sampler is None and info.decoder is None:
         return base
@@ -60,6 +70,8 @@ def identity(info: ModelInfo, folder: Path) -> str:
     for adapter in info.adapters:
         stat = adapter.path.stat()
         digest.update(f"adapter\0{adapter.path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\0{adapter.scale!r}\0".encode())
+        if adapter.expert != HIGH_NOISE:
+            digest.update(f"expert\0{adapter.expert}\0".encode())
     if info.sampler is not None:
         digest.update(f"sampler\0{info.sampler.key()}\0".encode())
     if info.decoder is not None:

@@ -135,14 +135,15 @@ def _small_text_encoder(tokenizer):
     )).requires_grad_(False).eval()
 
 
-def build_wan22_a14b_widths_cpu(layers: int = 1):
+def build_wan22_a14b_widths_cpu(layers: int = 1, device: str = "cpu"):
     """Wan2.2-T2V-A14B's layer widths (hidden 5120, ffn 13824) in two experts of `layers` blocks, switched at 0.875;
-    small text encoder, and Wan's VAE layout at a third of its width (as build_wan_widths_cpu)."""
+    small text encoder, and Wan's VAE layout at a third of its width (as build_wan_widths_cpu). `device`: "meta"
+    builds the architecture without memory (tests/jobs/test_bench_wan22.py)."""
     from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
 
     tokenizer = build_byte_tokenizer()
     widths = {**WAN22_A14B_TRANSFORMER, "text_dim": 256, "num_layers": layers}
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(BENCH_SEED)
         text_encoder = _small_text_encoder(tokenizer)
         transformer, transformer_2 = WanTransformer3DModel(**widths), WanTransformer3DModel(**widths)
@@ -152,13 +153,13 @@ def build_wan22_a14b_widths_cpu(layers: int = 1):
                        transformer_2=transformer_2, scheduler=_unipc(3.0), boundary_ratio=0.875)
 
 
-def build_wan22_ti2v_widths_cpu(layers: int = 2):
+def build_wan22_ti2v_widths_cpu(layers: int = 2, device: str = "cpu"):
     """Wan2.2-TI2V-5B's layer widths (hidden 3072, ffn 14336, 48 channels) in `layers` blocks, with per-token
     timesteps; small text encoder, and the Wan 2.2 VAE's layout at a fifth of its width."""
     from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
 
     tokenizer = build_byte_tokenizer()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(BENCH_SEED)
         text_encoder = _small_text_encoder(tokenizer)
         transformer = WanTransformer3DModel(**{**WAN22_TI2V_TRANSFORMER, "text_dim": 256, "num_layers": layers})

@@ -59,9 +59,9 @@ class ModelInfo:
     # WanPipeline.__call__ defaults to 512 text tokens but encode_prompt to 226: always pass it, and key caches on it.
     max_sequence_length: int = 512
     builtin: bool = False
-    # A few-step variant of the folder (engine.registration): LoRA adapters fused at load, a sampler replacing the
-    # folder's scheduler, a light decoder replacing the VAE's, and the registration it was distilled from, which
-    # its quality gate is measured against (engine.gates.judge_distilled).
+    # A few-step variant of the folder (engine.registration): LoRA adapters fused at load (each into its expert), a
+    # sampler replacing the folder's scheduler, a light decoder replacing the VAE's, and the registration it was
+    # distilled from, which its quality gate is measured against (engine.gates.judge_distilled).
     adapters: tuple[Adapter, ...] = ()
     sampler: Sampler | None = None
     decoder: Path | None = None
@@ -213,6 +213,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
           path: /models/Wan2.2-T2V-A14B-Diffusers   # two experts: guidance is the high-noise one's
           guidance_2: 3.0            # the low-noise expert's scale (the family's published 3.0 when left out)
           offload_idle_expert: true  # one expert in device memory at a time, swapped at the boundary
+          adapters:                  # a published pair: each file fused into its own expert
+            - {path: /models/wan22-4step-high.safetensors, expert: high_noise}   # `transformer` (the default)
+            - {path: /models/wan22-4step-low.safetensors, expert: low_noise}     # `transformer_2`
 
     The folder's own files say its family (engine.families), its frame rule and the sides it allows; what the
     file leaves out comes from the family's published defaults. Each addition (adapters, sampler, decoder,
@@ -262,7 +265,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
             family=facts.family,
             boundary_ratio=facts.boundary_ratio,
             **_experts(where, entry, facts, published),
-            **_additions(models_file, str(name), entry, path),
+            **_additions(models_file, str(name), entry, path, two_experts=facts.boundary_ratio is not None),
             image_condition=_image_condition(models_file, name, entry.get("image_condition")),
             mixed_image_batches=_flag(models_file, name, "mixed_image_batches", entry.get("mixed_image_batches", True)),
             base=base,
@@ -283,13 +286,15 @@ def _max_batch(models_file: Path, name: str, value: object) -> int | None:
     return value
 
 
-def _additions(models_file: Path, name: str, entry: dict, path: Path) -> dict:
-    """The adapters, sampler, decoder and teacher of an entry, checked (engine.registration)."""
+def _additions(models_file: Path, name: str, entry: dict, path: Path, two_experts: bool) -> dict:
+    """The adapters, sampler, decoder and teacher of an entry, checked (engine.registration); `two_experts`: the
+    folder has a low-noise expert an adapter may go to."""
     try:
         teacher = entry.get("teacher")
         if teacher is not None and not isinstance(teacher, str):
             raise Problem(f"teacher must be a model name, got {teacher!r}")
-        return {"adapters": parse_adapters(entry.get("adapters"), path), "sampler": parse_sampler(entry.get("sampler")),
+        return {"adapters": parse_adapters(entry.get("adapters"), path, two_experts),
+                "sampler": parse_sampler(entry.get("sampler")),
                 "decoder": parse_decoder(entry.get("decoder"), path), "teacher": teacher}
     except Problem as problem:
         raise wrap(models_file, name, problem) from None

@@ -1,7 +1,9 @@
 """What a registration may add to its base diffusers folder, and the checks made when the models file is read.
 
 - `adapters`: LoRA files in diffusers' layout (keys `transformer.<module>.lora_A.weight` / `.lora_B.weight`, as Wan
-  LoRAs are published for diffusers and as PEFT saves them), each with a scale; fused into the transformer at load.
+  LoRAs are published for diffusers and as PEFT saves them), each with a scale and the expert it goes to; fused
+  into that transformer at load. A two-expert folder (Wan 2.2 A14B) takes one per expert, as few-step Wan 2.2
+  adapters are published in high-noise and low-noise pairs, both files naming their tensors `transformer.*`.
 - `sampler`: a diffusers scheduler by name, with its shift, replacing the folder's.
 - `decoder`: a light VAE decoder folder (engine.light_decoder) used instead of the VAE's decoder.
 - `teacher`: the registration a distilled one is judged against (engine.gates.judge_distilled).
@@ -20,11 +22,21 @@ from pathlib import Path
 
 from engine.errors import ModelNotFound
 
+# An adapter's `expert` -> the pipeline component it is fused into: Wan 2.2 A14B's high-noise expert is
+# `transformer` (and a one-transformer folder's only transformer is it), its low-noise expert `transformer_2`.
+EXPERTS = {"high_noise": "transformer", "low_noise": "transformer_2"}
+HIGH_NOISE = "high_noise"
+
 
 @dataclass(frozen=True)
 class Adapter:
     path: Path
     scale: float = 1.0
+    expert: str = HIGH_NOISE
+
+    @property
+    def component(self) -> str:
+        return EXPERTS[self.expert]
 
 
 @dataclass(frozen=True)
@@ -55,24 +67,32 @@ class Problem(Exception):
     """One key's problem; load_registry adds the models file and the model's name."""
 
 
-def parse_adapters(value: object, base: Path) -> tuple[Adapter, ...]:
+def parse_adapters(value: object, base: Path, two_experts: bool = False) -> tuple[Adapter, ...]:
+    """`two_experts`: the folder is a two-expert one (its model_index.json has a boundary_ratio and a
+    transformer_2), so an adapter may go to its low-noise expert."""
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise Problem(f"adapters must be a list of {{path, scale}}, got {value!r}")
+        raise Problem(f"adapters must be a list of {{path, scale, expert}}, got {value!r}")
     adapters = []
     for i, entry in enumerate(value):
         key = f"adapters[{i}]"
-        if not isinstance(entry, dict) or "path" not in entry or set(entry) - {"path", "scale"}:
-            raise Problem(f"{key} must be {{path: FILE, scale: NUMBER}}, got {entry!r}")
+        if not isinstance(entry, dict) or "path" not in entry or set(entry) - {"path", "scale", "expert"}:
+            raise Problem(f"{key} must be {{path: FILE, scale: NUMBER, expert: high_noise|low_noise}}, got {entry!r}")
         path = Path(str(entry["path"])).expanduser()
         scale = _number(entry.get("scale", 1.0), f"{key}.scale")
+        expert = entry.get("expert", HIGH_NOISE)
+        if expert not in EXPERTS:
+            raise Problem(f"{key}.expert must be one of {', '.join(EXPERTS)}, got {expert!r}")
+        if expert != HIGH_NOISE and not two_experts:
+            raise Problem(f"{key}.expert: {expert} is for two-expert folders (Wan 2.2 A14B); "
+                          f"{base / 'model_index.json'} has no boundary_ratio and transformer_2")
         if not path.is_file():
             raise Problem(f"{key}.path: {path} is not a file")
         if path.suffix != ".safetensors":
             raise Problem(f"{key}.path: {path} is not a .safetensors file")
-        check_lora(path, base, key)
-        adapters.append(Adapter(path, scale))
+        check_lora(path, base, key, EXPERTS[expert])
+        adapters.append(Adapter(path, scale, expert))
     return tuple(adapters)
 
 
@@ -126,32 +146,39 @@ def parse_decoder(value: object, base: Path) -> Path | None:
     return folder
 
 
-def check_lora(path: Path, base: Path, key: str) -> None:
-    """Every LoRA tensor names a linear layer of the base transformer with matching sizes: lora_A (rank, in),
-    lora_B (out, rank) against the base weight (out, in)."""
+def check_lora(path: Path, base: Path, key: str, component: str = "transformer") -> None:
+    """Every LoRA tensor names a linear layer of the base folder's `component` (the expert it goes to) with
+    matching sizes: lora_A (rank, in), lora_B (out, rank) against the base weight (out, in).
+
+    The tensors are named `transformer.*` whichever expert takes them: diffusers' WanLoraLoaderMixin reads only
+    those (with `load_into_transformer_2` for the low-noise expert), and drops any other prefix, so a
+    `transformer_2.*` tensor would be silently ignored: refused here instead."""
     lora = read_header(path)
-    bases: dict[str, dict] = {}
+    if not lora:
+        raise Problem(f"{key}.path: {path} holds no tensors")
+    layers: dict[str, dict] | None = None
     for name, info in sorted(lora.items()):
         part, _, rest = name.partition(".")
-        if part not in ("transformer", "transformer_2") or ".lora_" not in rest:
+        if part == "transformer_2":
+            raise Problem(f"{key}.path: {path}: tensor {name!r}: diffusers loads only tensors named transformer.*; "
+                          f"name them so and give the adapter expert: low_noise to fuse it into transformer_2")
+        if part != "transformer" or ".lora_" not in rest:
             raise Problem(f"{key}.path: {path}: tensor {name!r} is not in diffusers' LoRA layout "
                           f"(transformer.<module>.lora_A.weight / lora_B.weight)")
-        if part not in bases:
-            bases[part] = _base_header(base, part, key)
+        if layers is None:
+            layers = _base_header(base, component, key)
         module, _, kind = rest.rpartition(".lora_")
-        weight = bases[part].get(f"{module}.weight")
+        weight = layers.get(f"{module}.weight")
         if weight is None:
-            raise Problem(f"{key}.path: {path}: tensor {name!r}: the base {part} has no layer {module!r}")
+            raise Problem(f"{key}.path: {path}: tensor {name!r}: the base {component} has no layer {module!r}")
         out_features, in_features = weight["shape"][0], weight["shape"][-1]
         shape = info["shape"]
         if kind == "A.weight" and (len(shape) != 2 or shape[1] != in_features):
-            raise Problem(f"{key}.path: {path}: tensor {name!r} is {shape}, but {part}.{module} takes "
+            raise Problem(f"{key}.path: {path}: tensor {name!r} is {shape}, but {component}.{module} takes "
                           f"{in_features} inputs")
         if kind == "B.weight" and (len(shape) != 2 or shape[0] != out_features):
-            raise Problem(f"{key}.path: {path}: tensor {name!r} is {shape}, but {part}.{module} gives "
+            raise Problem(f"{key}.path: {path}: tensor {name!r} is {shape}, but {component}.{module} gives "
                           f"{out_features} outputs")
-    if not lora:
-        raise Problem(f"{key}.path: {path} holds no tensors")
 
 
 def _base_header(base: Path, part: str, key: str) -> dict:

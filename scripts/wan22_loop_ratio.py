@@ -8,8 +8,9 @@ recorded).
 
     PYTHONPATH=$PWD python scripts/wan22_loop_ratio.py [ROUNDS]     # prints one JSON object
 
-Not `reelbatch bench` (which also times text, decode, encode and storage through the job system): that preset is
-to come (docs/PERFORMANCE.md). Denoising only, which is what the loop changes.
+Not `reelbatch bench` (which also times text, decode, encode and storage through the job system): its presets
+a14b-cpu and ti2v-cpu run these architectures and shapes that way (docs/SPEED.md, docs/PERFORMANCE.md). Denoising
+only, which is what the loop changes, with the sides interleaved so a change of load falls on all of them.
 """
 
 from __future__ import annotations

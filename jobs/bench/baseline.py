@@ -96,9 +96,12 @@ def run_baseline(pipe, preset: Preset, cases: list[tuple[str, int]], out: Path, 
                  ) -> tuple[Side, dict[int, tuple[np.ndarray, bytes]]]:
     store = open_store(f"file://{out.absolute()}/")
 
+    # Only a two-expert pipeline takes a second scale (WanPipeline.check_inputs refuses it otherwise).
+    second = {} if preset.guidance_2 is None else {"guidance_scale_2": preset.guidance_2}
+
     def one(prompt: str, seed: int) -> np.ndarray:
         frames = pipe(prompt=prompt, height=preset.height, width=preset.width, num_frames=preset.frames,
-                      num_inference_steps=preset.steps, guidance_scale=preset.guidance,
+                      num_inference_steps=preset.steps, guidance_scale=preset.guidance, **second,
                       generator=torch.Generator("cpu").manual_seed(seed), output_type="np",
                       max_sequence_length=preset.max_sequence_length).frames[0]
         return np.clip(np.rint(frames * 255.0), 0, 255).astype(np.uint8)

@@ -29,6 +29,7 @@ import yaml
 
 from engine.bench_models import ensure_bench_model
 from engine.engine import Engine
+from engine.families import read_folder
 from engine.metrics import psnr_frames
 from engine.models import ModelDefaults, ModelInfo, Registry, builtin_models
 from engine.tiny import ensure_tiny
@@ -164,14 +165,21 @@ def bench_model(preset: Preset, cache_dir: Path) -> ModelInfo:
     if preset.model in builtin:
         info = builtin[preset.model]
         return dataclasses.replace(info, path=ensure_tiny(cache_dir), builtin=False) if info.builtin else info
+    path = ensure_bench_model(cache_dir, preset.model)
+    # The folder says its family, as for a registered one (engine.families): Wan 2.2's switch and size grid.
+    facts = read_folder(path, f"bench model {preset.model}")
     return ModelInfo(
         name=preset.model,
         defaults=ModelDefaults(preset.width, preset.height, preset.fps, preset.frames / preset.fps, preset.steps,
                                preset.guidance),
-        path=ensure_bench_model(cache_dir, preset.model),
+        path=path,
         temporal_factor=preset.temporal_factor,
+        spatial_multiple=facts.spatial_multiple,
         max_frames=max(81, preset.frames),
         max_sequence_length=preset.max_sequence_length,
+        family=facts.family,
+        boundary_ratio=facts.boundary_ratio,
+        guidance_2=preset.guidance_2,
     )
 
 
@@ -199,7 +207,7 @@ def run_bench(preset: Preset, settings: Settings, *, videos: int | None = None,
     return BenchResult(
         preset=preset.name, why=preset.why, device=str(device), dtype=str(dtype),
         shape={"width": preset.width, "height": preset.height, "frames": preset.frames, "steps": preset.steps,
-               "guidance": preset.guidance, "videos": n},
+               "guidance": preset.guidance, "guidance_2": preset.guidance_2, "videos": n},
         baseline=baseline, engine=engine, min_psnr_db=min(psnr_db), psnr_db=psnr_db,
         min_psnr_mp4_db=min(psnr_mp4_db), denoise_gflop=gflop, peak_gflops=peak,
     )

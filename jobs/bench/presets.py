@@ -23,6 +23,9 @@ class Preset:
     batch: int
     max_sequence_length: int = 512
     temporal_factor: int = 4
+    # A two-expert model's low-noise expert's scale, given to both sides (the pipeline's guidance_scale_2, the
+    # registration's guidance_2). None: the same as `guidance`, as WanPipeline defaults.
+    guidance_2: float | None = None
 
 
 PRESETS: dict[str, Preset] = {
@@ -47,6 +50,39 @@ PRESETS: dict[str, Preset] = {
         "defaults: 832x480, 81 frames, 50 steps, guidance 5, bf16. For a GPU.",
         model="bench-wan-1.3b-v1", width=832, height=480, frames=81, fps=16, steps=50, guidance=5.0,
         videos=8, batch=4,
+    ),
+    # Wan 2.2 (issue 22): each architecture at full size for a GPU, and at its real widths with fewer blocks for a CPU,
+    # where the CPU presets' shapes are those of scripts/wan22_loop_ratio.py (192 tokens a video: 3 latent frames of
+    # 8x8 patches), so the two measurements can be read together (docs/PERFORMANCE.md).
+    "a14b": Preset(
+        "a14b",
+        "The full Wan2.2-T2V-A14B architecture with random weights: two 14B experts switched at 0.875, at its "
+        "published 1280x720, 81 frames, 40 steps, guidance 4 (high noise) and 3 (low noise), bf16. For a GPU with "
+        "the memory for both experts (57 GB) and a cache disk for the built folder (about 70 GB).",
+        model="bench-wan22-a14b-v1", width=1280, height=720, frames=81, fps=16, steps=40, guidance=4.0,
+        guidance_2=3.0, videos=4, batch=2,
+    ),
+    "ti2v": Preset(
+        "ti2v",
+        "The full Wan2.2-TI2V-5B architecture with random weights (per-token timesteps, the Wan 2.2 VAE) at its "
+        "published 1280x704, 121 frames at 24 fps, 50 steps, guidance 5, bf16. For a GPU.",
+        model="bench-wan22-ti2v-v1", width=1280, height=704, frames=121, fps=24, steps=50, guidance=5.0,
+        videos=4, batch=2,
+    ),
+    "a14b-cpu": Preset(
+        "a14b-cpu",
+        "Wan2.2-T2V-A14B's layer widths (hidden 5120, ffn 13824) in 1 block per expert, switched at 0.875, at 128x128, "
+        "9 frames, 4 steps (2 on each expert), guidance 4 and 3: the expert switch and both experts' matmul shapes "
+        "on a CPU.",
+        model="bench-wan22-a14b-widths-v1", width=128, height=128, frames=9, fps=16, steps=4, guidance=4.0,
+        guidance_2=3.0, videos=4, batch=2,
+    ),
+    "ti2v-cpu": Preset(
+        "ti2v-cpu",
+        "Wan2.2-TI2V-5B's layer widths (hidden 3072, ffn 14336, 48 latent channels) in 2 blocks with per-token "
+        "timesteps and the Wan 2.2 VAE's layout (16x spatial) at 256x256, 9 frames, 4 steps, guidance 5: on a CPU.",
+        model="bench-wan22-ti2v-widths-v1", width=256, height=256, frames=9, fps=24, steps=4, guidance=5.0,
+        videos=4, batch=2,
     ),
 }
 

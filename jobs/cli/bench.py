@@ -242,7 +242,8 @@ def print_bench(r: BenchResult) -> None:
     b, e = r.baseline, r.engine
     out.print(Text(f"bench {r.preset}", style="bold"), f"on {r.device} ({r.dtype}): {r.shape['videos']} videos of "
               f"{r.shape['width']}x{r.shape['height']}, {r.shape['frames']} frames, {r.shape['steps']} steps, "
-              f"guidance {r.shape['guidance']:g}")
+              f"guidance {r.shape['guidance']:g}"
+              + ("" if r.shape.get("guidance_2") is None else f" (low-noise expert {r.shape['guidance_2']:g})"))
     table = Table("", "baseline", "reelbatch", "ratio")
     table.add_row("videos/hour", f"{b.videos_per_hour:.1f}", f"{e.videos_per_hour:.1f}", f"{r.speedup:.2f}x")
     table.add_row("wall s", f"{b.wall_s:.2f}", f"{e.wall_s:.2f}", _ratio(b.wall_s, e.wall_s))

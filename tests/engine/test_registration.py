@@ -204,7 +204,8 @@ def test_identity_includes_adapters_sampler_and_decoder_and_is_unchanged_without
                                     r"\.lora_A\.weight': the base transformer has no layer 'blocks\.7\.attn1\.to_q'"),
     ("adapters: [{path: KOHYA}]", r"adapters\[0\]\.path: .*kohya\.safetensors: tensor 'lora_unet_x\.lora_down\.weight' "
                                   r"is not in diffusers' LoRA layout"),
-    ("adapters: [{path: LORA, strength: 1}]", r"adapters\[0\] must be \{path: FILE, scale: NUMBER\}"),
+    ("adapters: [{path: LORA, strength: 1}]", r"adapters\[0\] must be \{path: FILE, scale: NUMBER, expert: "
+                                           r"high_noise\|low_noise\}"),
     ("sampler: {name: lcm_magic, shift: 3}", r"sampler\.name: unknown sampler 'lcm_magic' \(known: flow_euler, "
                                              r"flow_unipc, flow_dpm\)"),
     ("sampler: {name: flow_unipc, shift_terminal: 0.1}", r"sampler: unknown keys \['shift_terminal'\] for flow_unipc"),
