@@ -127,7 +127,7 @@ def run_baseline(pipe, preset: Preset, cases: list[tuple[str, int]], out: Path, 
     for i, (prompt, seed) in enumerate(cases):
         frames = one(prompt, seed)
         t0 = time.perf_counter()
-        data = encode_mp4(frames, preset.fps)
+        data = encode_mp4(frames, preset.fps, preset=preset.encoder_preset)
         t1 = time.perf_counter()
         store.put(f"{i}.mp4", data, sha256=hashlib.sha256(data).hexdigest(), metadata={"seed": str(seed)})
         upload_s += time.perf_counter() - t1

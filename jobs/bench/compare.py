@@ -184,8 +184,9 @@ def write_manifest(path: Path, name: str, info: ModelInfo, preset: Preset, cases
                    output: str, *, steps: int | None = None, guidance: float | None = None) -> Path:
     """A manifest of `cases` (prompt, seed) at the preset's shape (and steps and guidance, unless given), as a user
     would write it."""
+    encoder = {} if preset.encoder_preset == "medium" else {"preset": preset.encoder_preset}  # as the baseline's
     path.write_text(yaml.safe_dump({
-        "name": name, "model": info.name, "output": output,
+        "name": name, "model": info.name, "output": output, **encoder,
         "defaults": {"resolution": f"{preset.width}x{preset.height}", "fps": preset.fps,
                      "duration_s": preset.frames / preset.fps, "steps": steps or preset.steps,
                      "guidance": preset.guidance if guidance is None else guidance},
@@ -298,7 +299,7 @@ def run_bench(preset: Preset, settings: Settings, *, videos: int | None = None, 
     return BenchResult(
         preset=preset.name, why=preset.why, device=str(device), dtype=str(dtype),
         shape={"width": preset.width, "height": preset.height, "frames": preset.frames, "steps": engine_model.steps,
-               "guidance": engine_model.guidance, "videos": n},
+               "guidance": engine_model.guidance, "videos": n, "encoder_preset": preset.encoder_preset},
         baseline=baseline, engine=engine, min_psnr_db=min(psnr_db), psnr_db=psnr_db,
         min_psnr_mp4_db=min(psnr_mp4_db),
         denoise_gflop=per_pass_engine * engine_model.steps * engine_model.passes(), peak_gflops=peak,

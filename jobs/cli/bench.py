@@ -18,6 +18,7 @@ from jobs.cli.console import err, fail, out
 from jobs.errors import ReelbatchError, UsageError
 from jobs.reports.summary import STAGES
 from jobs.settings import Settings
+from storage.codecs import PRESETS as ENCODER_PRESETS
 
 if TYPE_CHECKING:
     from jobs.bench.compare import BenchResult
@@ -49,6 +50,8 @@ def bench(
                          "throughput, claim-to-stored P50/P95/P99, peak memory, failure rate.")] = False,
     batches: Annotated[str, typer.Option("--batches", help="With --ladder: batch sizes.")] = "1,2,4,8,16",
     workers: Annotated[str, typer.Option("--workers", help="With --ladder: worker process counts.")] = "1,2",
+    encoder_preset: Annotated[Optional[str], typer.Option(
+        "--encoder-preset", help="x264's preset for both sides' MP4s (default: the preset's, medium).")] = None,
     speed_only: Annotated[bool, typer.Option(
         "--speed-only", help="With --model: time a distilled registration even though its gate against its teacher "
                              "has not passed (workers refuse it); the output says so.")] = False,
@@ -70,6 +73,10 @@ def bench(
         err.print(f"--preset: {preset!r} is not a preset (choose from {', '.join(PRESETS)})")
         raise typer.Exit(2)
     chosen = PRESETS[preset] if steps is None else dataclasses.replace(PRESETS[preset], steps=steps)
+    if encoder_preset is not None:
+        if encoder_preset not in ENCODER_PRESETS:
+            fail(UsageError(f"--encoder-preset: {encoder_preset!r} is not one of {', '.join(ENCODER_PRESETS)}"))
+        chosen = dataclasses.replace(chosen, encoder_preset=encoder_preset)
     if speed_only and model is None:
         fail(UsageError("--speed-only: only with --model (a distilled registration)"))
     if model is not None and (long or ladder):
