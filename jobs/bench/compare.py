@@ -34,21 +34,19 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from engine.bench_models import FAST, bench_fast_info, ensure_bench_model
 from engine.engine import Engine
 from engine.metrics import psnr_frames
-from engine.models import ModelDefaults, ModelInfo, Registry, builtin_models
-from engine.tiny import ensure_tiny
+from engine.models import ModelInfo, Registry
 from jobs.bench import machine
 from jobs.bench.baseline import denoise_gflop, load_baseline, measure_peak_gflops, run_baseline
 from jobs.bench.presets import Preset, prompts
 from jobs.bench.side import Side, SideModel
+from jobs.bench.sides import check_gates, side_models
 from jobs.db import queries
 from jobs.db.connect import session_factory, upgrade
 from jobs.db.rows import Video
 from jobs.errors import UsageError
 from jobs.manifest import load_manifest
-from jobs.quality.evaluate import gated_engine
 from jobs.render.batch import render_next_batch, warm_up
 from jobs.render.finisher import Finisher
 from jobs.settings import Settings
@@ -198,60 +196,6 @@ def write_manifest(path: Path, name: str, info: ModelInfo, preset: Preset, cases
 # ---- both -------------------------------------------------------------------------------------------------------
 
 
-def bench_model(preset: Preset, cache_dir: Path) -> ModelInfo:
-    """A built-in model as registered (tiny built into the cache on first use), or a bench model built likewise."""
-    builtin = builtin_models()
-    if preset.model in builtin:
-        info = builtin[preset.model]
-        return dataclasses.replace(info, path=ensure_tiny(cache_dir), builtin=False) if info.builtin else info
-    return ModelInfo(
-        name=preset.model,
-        defaults=ModelDefaults(preset.width, preset.height, preset.fps, preset.frames / preset.fps, preset.steps,
-                               preset.guidance),
-        path=ensure_bench_model(cache_dir, preset.model),
-        temporal_factor=preset.temporal_factor,
-        max_frames=max(81, preset.frames),
-        max_sequence_length=preset.max_sequence_length,
-    )
-
-
-def side_models(preset: Preset, settings: Settings, model: str | None) -> tuple[SideModel, SideModel]:
-    """What each side renders: (baseline, engine). The preset's model at its steps and guidance on both sides;
-    with `model` (a registered name) the engine renders it at its defaults and the baseline its teacher (or itself)
-    at the teacher's; with the preset's `engine_model`, the engine renders that bench registration at its own."""
-    base = bench_model(preset, settings.cache_dir)
-    baseline = SideModel(base, preset.steps, preset.guidance)
-    name = model or preset.engine_model
-    if name is None:
-        return baseline, baseline
-    if model is None and name == FAST:
-        fast = bench_fast_info(settings.cache_dir, base.defaults)
-        return baseline, SideModel(fast, fast.defaults.steps, fast.defaults.guidance)
-    registry = settings.registry()
-    if name not in registry:
-        raise UsageError(f"--model: {name!r} is not registered (registered: {', '.join(registry.names())})")
-    info = registry.get(name)
-    teacher = registry.get(info.teacher) if info.teacher else info
-    if teacher.adapters or teacher.sampler or teacher.decoder:
-        raise UsageError(f"--model {name}: the baseline renders {teacher.name!r} with the plain diffusers script, "
-                         f"which cannot apply its adapters, sampler or decoder")
-    return (SideModel(_built(teacher, settings.cache_dir), teacher.defaults.steps, teacher.defaults.guidance),
-            SideModel(_built(info, settings.cache_dir), info.defaults.steps, info.defaults.guidance))
-
-
-def _check_gates(settings: Settings, info: ModelInfo) -> None:
-    """Refuse, before rendering anything, what a worker would refuse: a distilled registration whose gate against
-    its teacher has not passed, or a lossy setting without its gate."""
-    gated_engine(settings, Registry({info.name: info}), info.name)
-
-
-def _built(info: ModelInfo, cache_dir: Path) -> ModelInfo:
-    """A built-in model with its folder's path filled in (tiny is built into the cache on first use)."""
-    if info.builtin:
-        return dataclasses.replace(info, path=ensure_tiny(cache_dir), builtin=False)
-    return info
-
-
 def run_bench(preset: Preset, settings: Settings, *, videos: int | None = None, model: str | None = None,
               speed_only: bool = False, on_video: Callable[[], None] | None = None) -> BenchResult:
     """Both sides, timed. A distilled registration whose gate has not passed is refused, as a worker refuses it,
@@ -261,7 +205,7 @@ def run_bench(preset: Preset, settings: Settings, *, videos: int | None = None, 
     baseline_model, engine_model = side_models(preset, settings, model)
     same = baseline_model == engine_model
     try:
-        _check_gates(settings, engine_model.info)
+        check_gates(settings, engine_model.info)
         refused = None
     except UsageError as exc:
         if not speed_only or engine_model.info.teacher is None:

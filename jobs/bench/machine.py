@@ -44,11 +44,12 @@ def datasheet_peak(name: str, device: torch.device) -> float | None:
 def commit() -> str:
     """The checkout's commit (with "+dirty" when files differ from it), or "unknown" outside a git checkout."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10,
+                              check=False)
         if head.returncode != 0:
             return "unknown"
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head.stdout.strip() + ("+dirty" if dirty else "")

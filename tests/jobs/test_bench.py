@@ -14,7 +14,7 @@ import torch
 from jobs.bench.baseline import denoise_gflop
 from jobs.bench.compare import BenchResult
 from jobs.bench.ladder import level_videos
-from jobs.bench.presets import PRESETS, Preset, prompts
+from jobs.bench.presets import Preset, prompts
 from jobs.bench.side import Side
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +175,7 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
     times it anyway and says why workers would refuse it."""
     from engine import adapt, gates
     from engine.models import TOY_FAST, TOY_WEIGHTS
-    from jobs.bench.compare import _check_gates
+    from jobs.bench.sides import check_gates
     from jobs.settings import Settings
 
     cache = tmp_path / "cache"
@@ -217,7 +217,7 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
                                              adherence=teacher, teacher_adherence=teacher, videos=video,
                                              teacher_videos=video, batch=8, speedup=10.0))
     settings = Settings.from_env({"REELBATCH_CACHE_DIR": str(cache)})
-    _check_gates(settings, settings.registry().get("toy-fast"))
+    check_gates(settings, settings.registry().get("toy-fast"))
 
 
 def test_the_cpu_fast_registrations_adapter_and_decoder_fit_their_base_and_render_in_four_passes(tmp_path,
