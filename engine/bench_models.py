@@ -8,11 +8,17 @@ architectures are here at full size (for a GPU) and at their real widths with fe
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from engine.models import ModelDefaults, ModelInfo
+from engine.registration import Adapter, Sampler
 from engine.tiny import build_byte_tokenizer, ensure_built
 
 BENCH_SEED = 20261202
@@ -181,3 +187,74 @@ BUILDERS: dict[str, Callable[[], object]] = {
     "bench-wan22-a14b-v1": build_wan22_a14b,
     "bench-wan22-ti2v-v1": build_wan22_ti2v,
 }
+
+
+# A few-step registration of bench-wan-widths-v1 (the `cpu-fast` preset): what a step-distilled Wan 2.1 costs, with
+# random weights. Rank 32 on every attention and feed-forward projection (the published Wan 2.1 step-distill LoRAs
+# are rank 32-128; fused at load, the rank costs nothing per step), flow_euler at shift 3, 4 steps at guidance 1,
+# and a light decoder of TAEHV's layout a quarter as wide (TAEHV's decoder: 256, 128, 64, 64; this VAE is a third of
+# Wan's width).
+FAST = "bench-wan-widths-fast-v1"
+FAST_BASE = "bench-wan-widths-v1"
+FAST_RANK = 32
+FAST_DECODER_CHANNELS = (64, 32, 16, 16)
+ADAPTER_FILE = "adapter.safetensors"
+DECODER_FOLDER = "decoder"
+
+
+def bench_fast_info(cache_dir: Path, shape: ModelDefaults) -> ModelInfo:
+    """The `cpu-fast` preset's registration: the bench folder, its random LoRA, sampler and light decoder (built
+    into the cache on first use), at 4 steps and guidance 1 in the preset's shape. No teacher: random weights have
+    no quality to gate."""
+    folder = ensure_bench_model(cache_dir, FAST_BASE)
+    extras = ensure_fast_extras(cache_dir, folder)
+    return ModelInfo(name=FAST, defaults=replace(shape, steps=4, guidance=1.0), path=folder, max_frames=81,
+                     adapters=(Adapter(extras / ADAPTER_FILE),), sampler=Sampler("flow_euler", 3.0),
+                     decoder=extras / DECODER_FOLDER)
+
+
+def ensure_fast_extras(cache_dir: Path, base: Path) -> Path:
+    """cache_dir/models/FAST: a random LoRA in diffusers' layout for `base`'s transformer and a random light decoder
+    for its VAE's latents, built once (into a temporary folder renamed into place, as ensure_built does)."""
+    target = Path(cache_dir) / "models" / FAST
+    if (target / DECODER_FOLDER / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{FAST}-", dir=target.parent))
+    try:
+        _build_fast_extras(base, tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / DECODER_FOLDER / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _build_fast_extras(base: Path, folder: Path) -> None:
+    from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+
+    from engine import light_decoder
+
+    transformer = WanTransformer3DModel.from_pretrained(base, subfolder="transformer")
+    vae = AutoencoderKLWan.from_pretrained(base, subfolder="vae").config
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(BENCH_SEED + 1)
+        transformer.add_adapter(LoraConfig(r=FAST_RANK, lora_alpha=FAST_RANK, init_lora_weights="gaussian",
+                                           target_modules=["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj",
+                                                           "ffn.net.2"]))
+        lora = get_peft_model_state_dict(transformer)
+        for key, value in lora.items():
+            if "lora_B" in key:  # PEFT starts B at zero (no change); a distilled LoRA's B is not
+                value.normal_(0.0, 0.01)
+        WanPipeline.save_lora_weights(folder, transformer_lora_layers=lora, weight_name=ADAPTER_FILE,
+                                      safe_serialization=True)
+        decoder = light_decoder.LightDecoder(light_decoder.DecoderConfig(
+            latent_channels=vae.z_dim, spatial_factor=vae.scale_factor_spatial,
+            temporal_factor=vae.scale_factor_temporal, channels=FAST_DECODER_CHANNELS, blocks=1,
+            latents_mean=tuple(vae.latents_mean), latents_std=tuple(vae.latents_std)))
+    light_decoder.save(decoder, folder / DECODER_FOLDER)

@@ -244,23 +244,25 @@ class Engine:
                     callback_on_step_end=_stop_check(should_stop) if should_stop else None,
                 ).frames
             clock.lap("denoise")
-            # 2. Decode, as WanPipeline.__call__ ends (chunks of a long video keep their latents for the stitch).
+            # 2. Decode, as WanPipeline.__call__ ends, to uint8 on the device (chunks of a long video keep their
+            # latents for the stitch).
             decode = [i for i, r in enumerate(requests) if not r.latents_only]
-            videos = np.asarray(decode_latents(pipe, latents[decode], self._decoders[shape.model])) if decode else None
+            videos, finite = (decode_uint8(pipe, latents[decode], self._decoders[shape.model]) if decode
+                              else (None, None))
             clock.lap("decode")
         # Same shape, same work: each video's share of the batch's stage times is equal.
         share = {stage: seconds / len(requests) for stage, seconds in clock.laps.items()}
         if videos is not None and videos.shape != (len(decode), shape.frames, shape.height, shape.width, 3):
             raise RenderError(f"pipeline returned frames of shape {videos.shape}, expected "
                               f"{(len(decode), shape.frames, shape.height, shape.width, 3)}")
-        out, frames = [], iter(videos if videos is not None else ())
+        out, frames = [], iter(zip(videos, finite) if videos is not None else ())
         for i, request in enumerate(requests):
             if request.latents_only:
                 chunk = latents[i].float().cpu()
                 bad = None if torch.isfinite(chunk).all() else "render produced non-finite latents (NaN or Inf)"
                 out.append(RenderedVideo(request, None, bad, share, latents=None if bad else chunk))
             else:
-                out.append(_to_uint8(request, next(frames), share))
+                out.append(_checked(request, *next(frames), share))
         return out
 
     def decode(self, model: str, latents: torch.Tensor, request: RenderRequest) -> RenderedVideo:
@@ -270,9 +272,9 @@ class Engine:
         pipe = self.pipeline(model)
         clock = _Clock(self.config.torch_device())
         with torch.inference_mode():
-            (video,) = np.asarray(decode_latents(pipe, latents[None], self._decoders[model]))
+            (video,), (finite,) = decode_uint8(pipe, latents[None], self._decoders[model])
         clock.lap("decode")
-        return _to_uint8(request, video, clock.laps)
+        return _checked(request, video, finite, clock.laps)
 
     def render_long(self, shape: Shape, request: RenderRequest, chunk_plan) -> tuple[RenderedVideo, list[torch.Tensor]]:
         """A long video in this process, chunk after chunk (each conditioned on the one before), stitched and
@@ -367,14 +369,29 @@ def decode_latents(pipe, latents: torch.Tensor, decoder: torch.nn.Module | None 
     """Latents to (B, F, H, W, 3) floats in [0, 1]: the end of diffusers' WanPipeline.__call__ (0.3x-0.4x), op for op,
     so a render split here is bit-identical to one call with output_type="np". A light `decoder`
     (engine.light_decoder) takes the place of `vae.decode`: the same input, the same output range."""
+    return pipe.video_processor.postprocess_video(_decode(pipe, latents, decoder), output_type="np")
+
+
+def decode_uint8(pipe, latents: torch.Tensor, decoder: torch.nn.Module | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Latents to (B, F, H, W, 3) uint8 frames, and per video whether its frames were finite. The conversion runs
+    where the decode ran (on a GPU a quarter of the bytes then cross to the host) and computes what the host did
+    with decode_latents' frames, np.rint(frames * 255) clipped: the same float32 product and the same rounding (half
+    to even), so the same bytes (tested)."""
+    video = pipe.video_processor.postprocess_video(_decode(pipe, latents, decoder), output_type="pt").float()
+    finite = torch.isfinite(video).flatten(1).all(dim=1)
+    frames = (video * 255.0).round_().clamp_(0, 255).to(torch.uint8).permute(0, 1, 3, 4, 2)  # (B, F, H, W, 3)
+    return frames.cpu().numpy(), finite.cpu().numpy()
+
+
+def _decode(pipe, latents: torch.Tensor, decoder: torch.nn.Module | None) -> torch.Tensor:
+    """WanPipeline.__call__'s de-normalisation and vae.decode (or the light decoder): (B, 3, F, H, W) in [-1, 1]."""
     vae = pipe.vae
     latents = latents.to(vae.device, vae.dtype)
     view = (1, vae.config.z_dim, 1, 1, 1)
     latents_mean = torch.tensor(vae.config.latents_mean).view(view).to(latents.device, latents.dtype)
     latents_std = 1.0 / torch.tensor(vae.config.latents_std).view(view).to(latents.device, latents.dtype)
     latents = latents / latents_std + latents_mean
-    video = vae.decode(latents, return_dict=False)[0] if decoder is None else decoder.decode(latents)
-    return pipe.video_processor.postprocess_video(video, output_type="np")
+    return vae.decode(latents, return_dict=False)[0] if decoder is None else decoder.decode(latents)
 
 
 class _Clock:
@@ -403,11 +420,10 @@ def _stop_check(should_stop: Callable[[], str | None]):
     return on_step_end
 
 
-def _to_uint8(request, video: np.ndarray, stages: dict[str, float]) -> RenderedVideo:
-    """Frames in [0, 1] to uint8, refusing output that must never be uploaded."""
-    if not np.isfinite(video).all():
+def _checked(request, frames: np.ndarray, finite: bool, stages: dict[str, float]) -> RenderedVideo:
+    """A video's uint8 frames, refusing output that must never be uploaded."""
+    if not finite:
         return RenderedVideo(request, None, "render produced non-finite values (NaN or Inf)", stages)
-    frames = np.clip(np.rint(video * 255.0), 0, 255).astype(np.uint8)
     if frames.min() == frames.max():
         return RenderedVideo(request, None, f"render produced blank frames (every pixel {int(frames.min())})", stages)
     return RenderedVideo(request, frames, None, stages)

@@ -52,7 +52,12 @@ BLANK_STD = 2.0
 
 
 class UngatedSetting(RenderError):
-    """A lossy setting was asked for on a model where no recorded gate passed."""
+    """A lossy setting was asked for on a model where no recorded gate passed, or a distilled registration was
+    asked for whose distilled gate did not. `setting` is the one refused (DISTILLED for the latter)."""
+
+    def __init__(self, message: str, setting: str):
+        super().__init__(message)
+        self.setting = setting
 
 
 @dataclass(frozen=True)
@@ -173,16 +178,16 @@ def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
         how = f"measure it against its teacher with `reelbatch bench --quality --model {model}`"
         if found is None:
             raise UngatedSetting(f"model {model!r} is distilled and has no recorded quality gate against its teacher "
-                                 f"(as its files are now): {how}")
+                                 f"(as its files are now): {how}", setting)
         if not found["passed"]:
-            raise UngatedSetting(f"model {model!r} failed its distilled quality gate "
-                                 f"({'; '.join(found['failures'])})")
+            raise UngatedSetting(f"model {model!r} failed its distilled quality gate against its teacher "
+                                 f"({'; '.join(found['failures'])}); after changing its files, {how}", setting)
         return found
     how = f"measure it with `reelbatch bench --quality --model {model} --setting {setting}`"
     if found is None:
         raise UngatedSetting(f"lossy setting {setting} has no recorded quality gate for model {model!r} (as its "
-                             f"files are now): {how}, or turn it off")
+                             f"files are now): {how}, or turn it off", setting)
     if not found["passed"]:
         raise UngatedSetting(f"lossy setting {setting} failed its quality gate for model {model!r} "
-                             f"({'; '.join(found['failures'])}): turn it off or choose another setting")
+                             f"({'; '.join(found['failures'])}): turn it off or choose another setting", setting)
     return found

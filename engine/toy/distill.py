@@ -36,8 +36,10 @@ import torch
 from engine.toy.model import SCHEDULER_SHIFT
 from engine.toy.world import COMBINATIONS
 
-# In this order; "refine" last so that adding it left the decoder's random draws (seeded by stage index) as they were.
+# Each stage's index here seeds its random draws ("refine" last so that adding it left the decoder's draws as they
+# were); they run in ORDER, the decoder last since it learns from the refined student's own latents too.
 STAGES = ("teacher", "continuations", "student", "decoder", "refine")
+ORDER = ("teacher", "continuations", "student", "refine", "decoder")
 # jobs.quality.SEED_BASE .. + SAMPLE_SIZE: never drawn here (that would be training on the quality set's noise).
 QUALITY_SEEDS = range(7000, 7080)
 
@@ -82,14 +84,28 @@ class DistillConfig:
     decoder_teacher_samples: int = 1600  # final teacher latents decoded by the VAE as targets
     decoder_long_clips: int = 160  # 33-frame world clips
     decoder_object_weight: float = 8.0
+    # The student's own final latents (its 4 steps from the teacher's noise), decoded by the VAE as targets: what
+    # the light decoder decodes in every toy-fast render, and where decoders trained on the teacher's alone turned
+    # some reds blue. 0: none.
+    decoder_student_samples: int = 0
+    # What the student's latents are decoded to: "student", the VAE's decode of those latents (a plain copy of the
+    # VAE); or "teacher", the VAE's decode of the teacher's final latents from the same noise and prompt, so the
+    # decoder also undoes what the student's 4 steps lose against the teacher's 20 (rounded corners).
+    decoder_student_target: str = "student"
+    # Weight of the frame-to-frame term: the decoder's change between consecutive frames against the VAE's, which
+    # a per-frame loss leaves free (the shimmer the distilled gate's flicker rule measures). 0: none.
+    decoder_temporal_weight: float = 0.0
     checkpoint_every: int = 100
     log_every: int = 25
 
 
 @dataclass
 class Progress:
-    seconds: dict[str, float]
+    seconds: dict[str, float]  # wall seconds per stage, summed over the invocations that ran it
     losses: dict[str, float]
+    # CPU seconds per stage (every thread of the process), likewise: what a stage costs whatever else the machine
+    # runs, where wall time on a shared machine says as much about the others as about it.
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def student_sigmas(config: DistillConfig) -> torch.Tensor:
@@ -133,11 +149,11 @@ def distill(config: DistillConfig, teacher_folder: Path, work: Path, out: Path,
     pipe = WanPipeline.from_pretrained(teacher_folder, use_safetensors=True)
     pipe.set_progress_bar_config(disable=True)
     logger = Logger(work / "distill-log.jsonl", on_log)
-    progress = Progress(seconds={}, losses={})
+    progress = Progress(seconds={}, losses={}, cpu_seconds={})
     funcs = {"teacher": generate_free, "continuations": generate_continuations, "student": train_student,
              "decoder": train_decoder, "refine": train_refine}
     finished: dict[str, dict] = {}
-    for stage in STAGES:
+    for stage in ORDER:
         done = work / f"{stage}.done.pt"
         if done.is_file():
             state = torch.load(done, weights_only=False)
@@ -147,6 +163,7 @@ def distill(config: DistillConfig, teacher_folder: Path, work: Path, out: Path,
             (work / f"{stage}.tmp").replace(done)
         finished[stage] = state
         progress.seconds[stage] = state["seconds"]
+        progress.cpu_seconds[stage] = state.get("cpu_seconds", float("nan"))  # nan: a stage run before this was kept
         progress.losses[stage] = state.get("loss", float("nan"))
     export(pipe, config, finished, out)
     return progress
@@ -173,11 +190,11 @@ def _generate(pipe, config: DistillConfig, work: Path, logger: "Logger", stage: 
     windows = student_sigmas(config)
     fine, bounds = teacher_sigmas(config, windows)
     shards = []
-    seconds = 0.0
+    seconds = cpu = 0.0
     for index, start in enumerate(range(0, count, config.shard)):
         path = work / f"{stage}-{index:03d}.pt"
         if not path.is_file():
-            started = time.monotonic()
+            started, cpu_started = time.monotonic(), time.process_time()
             n = min(config.shard, count - start)
             rng = rng_for(config, stage, index)
             prompts = _prompts(config, stage, start, n)
@@ -197,14 +214,16 @@ def _generate(pipe, config: DistillConfig, work: Path, logger: "Logger", stage: 
                     None if prefix is None else prefix[b : b + config.generate_batch]))
             shard = {"states": torch.cat(states), "prompts": prompts,
                      "prefix": torch.full((n,), 0 if prefix is None else config.prefix_latents),
-                     "seconds": time.monotonic() - started}
+                     "seconds": time.monotonic() - started, "cpu_seconds": time.process_time() - cpu_started}
             torch.save(shard, path.with_suffix(".tmp"))
             path.with_suffix(".tmp").replace(path)
             logger.log(stage=stage, step=start + n, of=count, seconds=seconds + shard["seconds"])
         shards.append(torch.load(path, weights_only=False))
         seconds += shards[-1]["seconds"]
+        cpu += shards[-1].get("cpu_seconds", float("nan"))
     return {"states": torch.cat([s["states"] for s in shards]), "prompts": torch.cat([s["prompts"] for s in shards]),
-            "prefix": torch.cat([s["prefix"] for s in shards]), "sigmas": windows, "seconds": seconds}
+            "prefix": torch.cat([s["prefix"] for s in shards]), "sigmas": windows, "seconds": seconds,
+            "cpu_seconds": cpu}
 
 
 def _prompts(config: DistillConfig, stage: str, start: int, n: int) -> torch.Tensor:

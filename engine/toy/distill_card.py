@@ -17,11 +17,12 @@ def write_card(path: Path, *, config: DistillConfig, progress: Progress, results
         f"| {name} | {r.teacher[name]:.1%} | {r.student[name]:.1%} | "
         f"{'>= ' + format(max(TARGETS[name], r.teacher[name] - 0.02), '.1%') if name in TARGETS else ''} |"
         for name in ("colour", "shape", "direction", "background", "all_four"))
-    stages = "\n".join(f"| {stage} | {seconds / 60:.1f} | {progress.losses.get(stage, float('nan')):.4f} |"
-                       for stage, seconds in progress.seconds.items())
+    stages = "\n".join(f"| {stage} | {seconds / 60:.1f} | {progress.cpu_seconds.get(stage, float('nan')) / 60:.1f} | "
+                       f"{progress.losses.get(stage, float('nan')):.4f} |" for stage, seconds in progress.seconds.items())
     settings = "\n".join(f"- `{k}`: {v}" for k, v in dataclasses.asdict(config).items())
     total = sum(progress.seconds.values()) / 60
-    wall = "" if wall_s is None else f" ({wall_s / 60:.1f} minutes of wall time for this invocation)"
+    cpu_total = sum(progress.cpu_seconds.values()) / 60
+    wall = "" if wall_s is None else f", {wall_s / 60:.1f} minutes of wall time for this invocation"
     s = r.seconds
     text = f"""# Model card: `toy-fast`
 
@@ -49,10 +50,11 @@ latents and on 33-frame world clips. docs/TOY_TRAINING.md records the variants t
 
 ## Training
 
-On {machine}: {total:.1f} minutes of stage time{wall}, then {evaluation_s / 60:.1f} minutes for the evaluation below.
+On {machine}: {total:.1f} minutes of stage time ({cpu_total:.1f} CPU-minutes over all threads){wall}, then
+{evaluation_s / 60:.1f} minutes for the evaluation below.
 
-| stage | minutes | last loss |
-|---|---|---|
+| stage | minutes | CPU-minutes | last loss |
+|---|---|---|---|
 {stages}
 
 Settings:

@@ -70,34 +70,64 @@ def native(registry: Registry, model: str) -> Shape:
     return Shape(model, d.width, d.height, info.valid_frames(round(d.duration_s * d.fps)), d.steps, d.guidance)
 
 
-def evaluate(engine: Engine, student: str, cases: Sequence[tuple[str, int]], long_cases: Sequence[tuple[str, int]],
-             view: Callable[[np.ndarray], np.ndarray]) -> FastResults:
-    """Judge `student` against its teacher on `cases` and record its distilled gate under the engine's cache folder
-    (so the engine loads it from then on); judge long videos of `long_cases`."""
+@dataclass
+class Judged:
+    """A distilled registration against its teacher on one sample set: the gate (recorded) and the seconds each
+    took to render it."""
+
+    gate: gates.Gate
+    student_s: float
+    teacher_s: float
+    videos: list[np.ndarray]  # the student's raw frames, in the order of the cases
+
+
+def judge_against_teacher(engine: Engine, student: str, cases: Sequence[tuple[str, int]],
+                          view: Callable[[np.ndarray], np.ndarray], batch: int = 8) -> Judged:
+    """Render `cases` with `student` and with its teacher, each at its registered defaults and after a warm-up
+    batch, judge both after `view`, and record the student's distilled gate under the engine's cache folder (so
+    engines load it from then on). Identity: engine.adapt.identity, the folder with the adapters, sampler and
+    decoder, so any changed file needs judging again."""
     registry = engine.registry
     info = registry.get(student)
     teacher_shape, shape = native(registry, info.teacher), native(registry, student)
-    render(engine, teacher_shape, cases[:8])  # warm-up: the teacher's pipeline loaded
+    render(engine, teacher_shape, cases[:batch], batch)  # warm-up: the teacher's pipeline loaded
     teacher_started = time.perf_counter()
-    teacher_videos = render(engine, teacher_shape, cases)
+    teacher_videos = render(engine, teacher_shape, cases, batch)
     teacher_s = time.perf_counter() - teacher_started
     engine.gate_checked.add(student)  # measuring is what the gate is for
-    render(engine, shape, cases[:8])  # warm-up: the student's pipeline loaded
-    started = time.perf_counter()
-    videos = render(engine, shape, cases)
-    student_s = time.perf_counter() - started
+    try:
+        render(engine, shape, cases[:batch], batch)  # warm-up: the student's pipeline loaded
+        started = time.perf_counter()
+        videos = render(engine, shape, cases, batch)
+        student_s = time.perf_counter() - started
+    finally:
+        engine.gate_checked.discard(student)
     measured, teacher = adherence(cases, videos, view), adherence(cases, teacher_videos, view)
     gate = gates.distilled_gate(student, adapt.identity(info, engine.model_path(info)), info.teacher,
                                 adherence=measured, teacher_adherence=teacher, videos=videos,
-                                teacher_videos=teacher_videos, batch=8, speedup=teacher_s / student_s)
+                                teacher_videos=teacher_videos, batch=batch, speedup=teacher_s / student_s)
     gates.record(engine.config.cache_dir, gate)
+    return Judged(gate, student_s, teacher_s, videos)
+
+
+def evaluate(engine: Engine, student: str, cases: Sequence[tuple[str, int]], long_cases: Sequence[tuple[str, int]],
+             view: Callable[[np.ndarray], np.ndarray]) -> tuple[FastResults, Judged]:
+    """Judge `student` against its teacher on `cases` and record its distilled gate; judge long videos of
+    `long_cases`; time decoding and count parameters: what the model card reports (and the student's renders)."""
+    judged = judge_against_teacher(engine, student, cases, view)
+    gate = judged.gate
+    info = engine.registry.get(student)
+    shape = native(engine.registry, student)
+    engine.gate_checked.add(student)  # judged just now, passed or not: the card reports either way
     pipe = engine.pipeline(student)
     decoder = engine.light_decoder(student)
-    seconds = {"teacher_render": teacher_s / len(cases), "student_render": student_s / len(cases),
+    seconds = {"teacher_render": judged.teacher_s / len(cases), "student_render": judged.student_s / len(cases),
                **_decode_seconds(pipe, decoder, shape)}
     parameters = {"adapter": _adapter_parameters(info), "decoder": sum(p.numel() for p in decoder.parameters()),
                   "vae_decoder": sum(p.numel() for p in pipe.vae.decoder.parameters())}
-    return FastResults(measured, teacher, gate, long_windows(engine, shape, long_cases, view), seconds, parameters)
+    long = long_windows(engine, shape, long_cases, view)
+    engine.gate_checked.discard(student)
+    return FastResults(gate.adherence, gate.exact_adherence, gate, long, seconds, parameters), judged
 
 
 def long_windows(engine: Engine, window: Shape, cases, view) -> dict[str, float | int]:

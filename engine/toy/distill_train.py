@@ -71,9 +71,9 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
     average = [p.detach().clone() for p in params]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     schedule = _warmup_cosine(optimizer, steps, min(config.warmup, steps // 10))
-    step, seconds = _resume(work / f"{stage}.last.pt", params, average, optimizer, schedule)
+    step, seconds, cpu = _resume(work / f"{stage}.last.pt", params, average, optimizer, schedule)
     patch = model.config.patch_size
-    started, smoothed = time.monotonic(), None
+    started, cpu_started, smoothed = time.monotonic(), time.process_time(), None
 
     def velocity(x, k, text, prefix):
         """The student's velocity at each sample's window k (B,), in one forward: a timestep per sample, or per
@@ -117,7 +117,7 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
                        lr=schedule.get_last_lr()[0], seconds=seconds + time.monotonic() - started)
         if step % config.checkpoint_every == 0 and step < steps:
             _checkpoint(work / f"{stage}.last.pt", params, average, optimizer, schedule, step,
-                        seconds + time.monotonic() - started)
+                        seconds + time.monotonic() - started, cpu + time.process_time() - cpu_started)
     with torch.no_grad():
         for a, p in zip(average, params):
             p.copy_(a)
@@ -126,7 +126,8 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
 
     lora = {k: v.clone() for k, v in get_peft_model_state_dict(model).items()}
     model.delete_adapters(["default"])  # the transformer is the teacher again for the stages after
-    return {"lora": lora, "seconds": seconds + time.monotonic() - started, "loss": smoothed}
+    return {"lora": lora, "seconds": seconds + time.monotonic() - started,
+            "cpu_seconds": cpu + time.process_time() - cpu_started, "loss": smoothed}
 
 
 @torch.no_grad()
@@ -153,10 +154,9 @@ def _keep_mask(x: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
 
 
 def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finished: dict) -> dict:
-    started = time.monotonic()
-    teacher_z, long_z = _decoder_inputs(pipe, config, finished)
-    targets = [_vae_decode(pipe.vae, z) for z in (teacher_z, long_z)]
-    prepare_s = time.monotonic() - started
+    started, cpu_started = time.monotonic(), time.process_time()
+    sources = _decoder_inputs(pipe, config, finished)  # (latents, the VAE's frames, samples a batch) each
+    prepare_s, prepare_cpu = time.monotonic() - started, time.process_time() - cpu_started
     vae = pipe.vae.config
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
@@ -168,21 +168,16 @@ def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finis
     optimizer = torch.optim.AdamW(params, lr=config.decoder_lr, weight_decay=0.0)
     schedule = _warmup_cosine(optimizer, config.decoder_steps, min(config.warmup, config.decoder_steps // 10))
     average = [p.detach().clone() for p in params]
-    step, seconds = _resume(work / "decoder.last.pt", params, average, optimizer, schedule)
-    seconds = seconds or prepare_s
-    started, smoothed = time.monotonic(), None
-    long_batch = max(1, config.decoder_batch // 4)
+    step, seconds, cpu = _resume(work / "decoder.last.pt", params, average, optimizer, schedule)
+    # Its inputs are made again on a resume; the checkpoint's seconds hold the first making, not this one.
+    seconds, cpu = seconds or prepare_s, cpu or prepare_cpu
+    started, cpu_started, smoothed = time.monotonic(), time.process_time(), None
     while step < config.decoder_steps:
         rng = rng_for(config, "decoder", step)
         loss = 0.0
-        for (z, frames), n in zip(zip((teacher_z, long_z), targets), (config.decoder_batch, long_batch)):
+        for z, frames, n in sources:
             pick = torch.from_numpy(rng.integers(0, len(z), n))
-            out, want = decoder(z[pick]), frames[pick]
-            # The object's pixels (far from the clip's median colour, the background) weigh more: they are all the
-            # judge reads and a small share of the frame.
-            background = want.flatten(2).median(dim=2).values[:, :, None, None, None]
-            weight = 1.0 + config.decoder_object_weight * ((want - background).abs().amax(1, keepdim=True) > 0.25)
-            loss = loss + (weight * (out - want) ** 2).mean() / weight.mean()
+            loss = loss + decoder_loss(decoder(z[pick]), frames[pick], config)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -198,16 +193,34 @@ def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finis
                        seconds=seconds + time.monotonic() - started)
         if step % config.checkpoint_every == 0 and step < config.decoder_steps:
             _checkpoint(work / "decoder.last.pt", params, average, optimizer, schedule, step,
-                        seconds + time.monotonic() - started)
+                        seconds + time.monotonic() - started, cpu + time.process_time() - cpu_started)
     with torch.no_grad():
         for a, p in zip(average, params):
             p.copy_(a)
     return {"decoder": decoder.state_dict(), "decoder_config": decoder.config,
-            "seconds": seconds + time.monotonic() - started, "loss": smoothed}
+            "seconds": seconds + time.monotonic() - started, "cpu_seconds": cpu + time.process_time() - cpu_started,
+            "loss": smoothed}
 
 
-def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """De-normalised latents (what vae.decode takes): the teacher's final states, and world clips of 33 frames."""
+def decoder_loss(out: torch.Tensor, want: torch.Tensor, config: DistillConfig) -> torch.Tensor:
+    """The light decoder's loss against the VAE decoder's frames (B, 3, F, H, W): squared error with the object's
+    pixels (far from the clip's median colour, the background) weighing more, since they are all the judge reads and
+    a small share of the frame; and, with `decoder_temporal_weight`, the same on the change from each frame to the
+    next, so that what does not move in the VAE's output does not move in the decoder's."""
+    background = want.flatten(2).median(dim=2).values[:, :, None, None, None]
+    weight = 1.0 + config.decoder_object_weight * ((want - background).abs().amax(1, keepdim=True) > 0.25)
+    loss = (weight * (out - want) ** 2).mean() / weight.mean()
+    if config.decoder_temporal_weight:
+        change = weight[:, :, 1:].maximum(weight[:, :, :-1])  # the object's pixels in either frame
+        moved = out.diff(dim=2) - want.diff(dim=2)
+        loss = loss + config.decoder_temporal_weight * (change * moved**2).mean() / change.mean()
+    return loss
+
+
+def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """What the decoder learns from, as (de-normalised latents, what vae.decode takes; the VAE decoder's frames; how
+    many a batch samples): the teacher's final states; the student's own (when `decoder_student_samples`); and world
+    clips of 33 frames (a long video's stitch decodes that many)."""
     from engine.toy.model import HEIGHT, WIDTH
     from engine.toy.plumbing import encode_clips as _encode_clips
     from engine.toy.world import dataset
@@ -215,12 +228,57 @@ def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> tuple[torch.
     vae = pipe.vae.config
     view = (1, -1, 1, 1, 1)
     mean, std = torch.tensor(vae.latents_mean).view(view), torch.tensor(vae.latents_std).view(view)
-    finals = torch.cat([finished["teacher"]["states"][:, -1], finished["continuations"]["states"][:, -1]])
-    pick = torch.from_numpy(rng_for(config, "decoder", 10**6).permutation(len(finals))[:config.decoder_teacher_samples])
-    teacher_z = finals[pick] * std + mean
+    data = {k: torch.cat([finished["teacher"][k], finished["continuations"][k]]) for k in ("states", "prompts",
+                                                                                           "prefix")}
+    pick = torch.from_numpy(rng_for(config, "decoder", 10**6).permutation(len(data["states"])))
+    teacher_z = data["states"][pick[:config.decoder_teacher_samples], -1] * std + mean
     long_z, _ = _encode_clips(pipe, dataset(config.decoder_long_clips, config.seed + 1, frames=33, width=WIDTH,
                                             height=HEIGHT))
-    return teacher_z, long_z
+    sources = [(teacher_z, _vae_decode(pipe.vae, teacher_z), config.decoder_batch)]
+    if config.decoder_student_samples:
+        own = pick[:config.decoder_student_samples]
+        student_z = student_finals(pipe, config, finished, {k: v[own] for k, v in data.items()}) * std + mean
+        target_z = {"student": student_z, "teacher": data["states"][own, -1] * std + mean}[
+            config.decoder_student_target]
+        sources.append((student_z, _vae_decode(pipe.vae, target_z), config.decoder_batch))
+    sources.append((long_z, _vae_decode(pipe.vae, long_z), max(1, config.decoder_batch // 4)))
+    return sources
+
+
+@torch.no_grad()
+def student_finals(pipe, config: DistillConfig, finished: dict, data: dict, batch: int = 32) -> torch.Tensor:
+    """The student's final latents (normalised, as its sampler ends) from the teacher's noise of `data`: its Euler
+    steps at its sigmas with the prompt alone, a continuation's prefix held clean with timestep 0 on its tokens, as
+    the engine renders toy-fast."""
+    from peft.utils import set_peft_model_state_dict
+
+    from engine.denoise import tied_tokens
+    from engine.toy.train_transformer import prompt_table
+
+    _, embeds, _ = prompt_table(pipe)
+    student = finished["refine"] if config.refine_steps else finished["student"]
+    sigmas = finished["teacher"]["sigmas"]
+    model = pipe.transformer
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        add_lora(model, config.rank)
+    set_peft_model_state_dict(model, student["lora"])
+    model.eval()
+    finals = []
+    for b in range(0, len(data["states"]), batch):
+        start, prefix = data["states"][b : b + batch, 0], data["prefix"][b : b + batch]
+        text = embeds[data["prompts"][b : b + batch]]
+        keep = _keep_mask(start, prefix).bool()
+        clean = tied_tokens(prefix, start, model.config.patch_size)
+        x = start.clone()
+        for k in range(len(sigmas) - 1):
+            t = sigmas[k] * 1000
+            t = t.expand(clean.shape).masked_fill(clean, 0) if prefix.any() else t.expand(len(x))
+            v = model(x, t, text, return_dict=False)[0]
+            x = torch.where(keep, x + (sigmas[k + 1] - sigmas[k]) * v, start)
+        finals.append(x)
+    model.delete_adapters(["default"])
+    return torch.cat(finals)
 
 
 @torch.no_grad()
@@ -258,17 +316,19 @@ def _warmup_cosine(optimizer, total: int, warmup: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _checkpoint(path: Path, params, average, optimizer, schedule, step: int, seconds: float) -> None:
+def _checkpoint(path: Path, params, average, optimizer, schedule, step: int, seconds: float, cpu: float) -> None:
     state = {"params": [p.detach().clone() for p in params], "average": [a.clone() for a in average],
-             "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "step": step, "seconds": seconds}
+             "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "step": step, "seconds": seconds,
+             "cpu_seconds": cpu}
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     tmp.replace(path)
 
 
-def _resume(path: Path, params, average, optimizer, schedule) -> tuple[int, float]:
+def _resume(path: Path, params, average, optimizer, schedule) -> tuple[int, float, float]:
+    """The step, wall and CPU seconds a checkpoint reached (all 0 without one), its weights and optimizer loaded."""
     if not path.is_file():
-        return 0, 0.0
+        return 0, 0.0, 0.0
     state = torch.load(path, weights_only=False)
     with torch.no_grad():
         for p, saved in zip(params, state["params"]):
@@ -277,5 +337,5 @@ def _resume(path: Path, params, average, optimizer, schedule) -> tuple[int, floa
             a.copy_(saved)
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
-    return state["step"], state["seconds"]
+    return state["step"], state["seconds"], state.get("cpu_seconds", 0.0)
 

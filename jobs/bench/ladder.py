@@ -30,8 +30,9 @@ import torch
 from engine.engine import Engine
 from engine.models import ModelInfo, Registry
 from engine.types import RenderBatch, RenderRequest, Shape
-from jobs.bench.compare import bench_model, write_manifest
+from jobs.bench.compare import write_manifest
 from jobs.bench.presets import Preset, prompts
+from jobs.bench.sides import bench_model
 from jobs.db import queries
 from jobs.db.connect import session_factory, upgrade
 from jobs.db.rows import Video

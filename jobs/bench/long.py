@@ -20,8 +20,8 @@ import torch
 from engine.engine import Engine
 from engine.models import ModelInfo, Registry
 from engine.types import RenderBatch, RenderRequest, Shape
-from jobs.bench.compare import bench_model
 from jobs.bench.presets import Preset, prompts
+from jobs.bench.sides import bench_model
 from jobs.settings import Settings
 
 # Each case is timed this many times and its fastest run kept: a toy video takes a third of a second, and one timing

@@ -26,6 +26,12 @@ class Preset:
     # A two-expert model's low-noise expert's scale, given to both sides (the pipeline's guidance_scale_2, the
     # registration's guidance_2). None: the same as `guidance`, as WanPipeline defaults.
     guidance_2: float | None = None
+    # The registration reelbatch's side renders instead of `model`, at its own registered steps and guidance (the
+    # baseline keeps `model` at the preset's): a bench model with a random-weight LoRA, sampler and light decoder
+    # (engine.bench_models.FAST). `reelbatch bench --model NAME` sets it for any preset.
+    engine_model: str | None = None
+    # x264's preset for both sides' MP4s (storage.codecs.PRESETS; x264's own default is medium).
+    encoder_preset: str = "medium"
 
 
 PRESETS: dict[str, Preset] = {
@@ -43,6 +49,15 @@ PRESETS: dict[str, Preset] = {
         "matter most.",
         model="toy", width=32, height=32, frames=9, fps=8, steps=20, guidance=5.0, videos=32, batch=16,
         max_sequence_length=64, temporal_factor=2,
+    ),
+    "cpu-fast": Preset(
+        "cpu-fast",
+        "The cpu preset's baseline (Wan2.1-1.3B widths, 8 steps, guidance 5: the plain diffusers script) against "
+        "reelbatch rendering a few-step registration of the same folder: a random-weight LoRA fused at load, "
+        "flow_euler, 4 steps at guidance 1 (one pass a step) and a random light decoder for Wan's 16-channel, 8x "
+        "spatial and 4x temporal latents. Random weights, so speed only: what a distilled Wan 2.1 would cost.",
+        model="bench-wan-widths-v1", width=128, height=128, frames=17, fps=16, steps=8, guidance=5.0,
+        videos=8, batch=4, engine_model="bench-wan-widths-fast-v1",
     ),
     "wan-1.3b": Preset(
         "wan-1.3b",

@@ -17,15 +17,17 @@ from rich.text import Text
 
 from jobs.bench.presets import CANDIDATES, PRESETS
 from jobs.cli.bench_fleet import bench_fleet, bench_scale
-from jobs.cli.console import err, fail, out, progress_text
+from jobs.cli.console import err, fail, literal, out, progress_text
 from jobs.cost import profiles
 from jobs.errors import ReelbatchError, UsageError
 from jobs.reports.summary import STAGES
 from jobs.settings import Settings
+from storage.codecs import PRESETS as ENCODER_PRESETS
 
 if TYPE_CHECKING:
     from jobs.bench.compare import BenchResult
     from jobs.bench.quality import QualityBench
+    from jobs.quality.distilled import DistilledJudgement
 
 
 def bench(
@@ -38,7 +40,10 @@ def bench(
     quality: Annotated[bool, typer.Option(
         "--quality", help="Measure lossy accelerators against exact mode on a judgeable model and record their "
                           "quality gates (instead of the side-by-side bench).")] = False,
-    model: Annotated[str, typer.Option("--model", help="With --quality: a model trained on the toy world.")] = "toy",
+    model: Annotated[Optional[str], typer.Option(
+        "--model", help="reelbatch's side renders this registration at its defaults, the baseline its teacher at "
+                        "the teacher's (e.g. --preset small --model toy-fast). With --quality: a model trained on the "
+                        "toy world (default toy); a distilled one is judged against its teacher.")] = None,
     setting: Annotated[Optional[list[str]], typer.Option(
         "--setting", help="With --quality, repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, "
                           "step_scale (default: a measured list).")] = None,
@@ -49,6 +54,11 @@ def bench(
                          "throughput, claim-to-stored P50/P95/P99, peak memory, failure rate.")] = False,
     batches: Annotated[str, typer.Option("--batches", help="With --ladder: batch sizes.")] = "1,2,4,8,16",
     workers: Annotated[str, typer.Option("--workers", help="With --ladder: worker process counts.")] = "1,2",
+    encoder_preset: Annotated[Optional[str], typer.Option(
+        "--encoder-preset", help="x264's preset for both sides' MP4s (default: the preset's, medium).")] = None,
+    speed_only: Annotated[bool, typer.Option(
+        "--speed-only", help="With --model: time a distilled registration even though its gate against its teacher "
+                             "has not passed (workers refuse it); the output says so.")] = False,
     long: Annotated[bool, typer.Option(
         "--long", help="One prompt at 1x and 4x the preset's clip length as the window: chunked (time and peak "
                        "memory ratios, seam score) and full length.")] = False,
@@ -76,9 +86,11 @@ def bench(
     worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
 
     With --quality: render a fixed sample set in exact mode and with each lossy setting, judge both, and record
-    which settings pass their gate (adherence within 2 points, mean PSNR >= 25 dB); workers use only those."""
+    which settings pass their gate (adherence within 2 points, mean PSNR >= 25 dB); workers use only those. With
+    --quality --model of a distilled registration: render it and its teacher at their defaults, judge both and
+    record its distilled gate (adherence within 2 points of the teacher's, blank frames, flicker)."""
     if quality:
-        _bench_quality(model, setting or list(CANDIDATES), count, batch, json_)
+        _bench_quality(model or "toy", setting, count, batch, json_)
         return
     if fleet:
         bench_fleet(_counts("--levels", levels, 2000), factor, batch_s, json_)
@@ -90,6 +102,14 @@ def bench(
         err.print(f"--preset: {preset!r} is not a preset (choose from {', '.join(PRESETS)})")
         raise typer.Exit(2)
     chosen = PRESETS[preset] if steps is None else dataclasses.replace(PRESETS[preset], steps=steps)
+    if encoder_preset is not None:
+        if encoder_preset not in ENCODER_PRESETS:
+            fail(UsageError(f"--encoder-preset: {encoder_preset!r} is not one of {', '.join(ENCODER_PRESETS)}"))
+        chosen = dataclasses.replace(chosen, encoder_preset=encoder_preset)
+    if speed_only and model is None:
+        fail(UsageError("--speed-only: only with --model (a distilled registration)"))
+    if model is not None and (long or ladder):
+        fail(UsageError("--model: only the side-by-side bench and --quality take a model"))
     if long:
         _bench_long(chosen, json_)
         return
@@ -100,25 +120,31 @@ def bench(
     columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=json_) as bar:
         task = bar.add_task(f"bench {preset}: baseline, then reelbatch", total=total)
-        from jobs.bench.compare import run_bench  # here, not at the top: torch only for the command that renders
+        try:
+            from jobs.bench.compare import run_bench  # here, not at the top: torch only for the command that renders
 
-        settings = Settings.from_env()
-        result = run_bench(chosen, settings, videos=videos, on_video=lambda: bar.advance(task))
-    profile = _record_profile(settings, chosen, result, profile_as or chosen.model)
+            settings = Settings.from_env()
+            result = run_bench(chosen, settings, videos=videos, model=model, speed_only=speed_only,
+                               on_video=lambda: bar.advance(task))
+        except ReelbatchError as exc:
+            fail(exc)
+    profile = _record_profile(settings, chosen, result, profile_as)
     if json_:
         out.print_json(json.dumps({**result.to_dict(), "profile": dataclasses.asdict(profile)}))
     else:
         print_bench(result)
 
 
-def _record_profile(settings: Settings, preset, result: BenchResult, model: str) -> profiles.Profile:
-    """The worker path's seconds per video at the preset's shape, kept for `reelbatch estimate` (jobs.cost.profiles)."""
+def _record_profile(settings: Settings, preset, result: BenchResult, name: str | None) -> profiles.Profile:
+    """The worker path's seconds per video at the preset's size and its side's steps and guidance (a `--model`'s
+    own), kept for `reelbatch estimate` (jobs.cost.profiles) under `name`, default the model that side rendered."""
     e = result.engine
+    model = name or e.model["name"]
     profile = profiles.Profile(
-        model=model, width=preset.width, height=preset.height, frames=preset.frames, steps=preset.steps,
-        guidance=preset.guidance, seconds_per_video=e.wall_s / e.videos, videos=e.videos, batch=preset.batch,
+        model=model, width=preset.width, height=preset.height, frames=preset.frames, steps=e.model["steps"],
+        guidance=e.model["guidance"], seconds_per_video=e.wall_s / e.videos, videos=e.videos, batch=preset.batch,
         device=result.device, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        source=f"reelbatch bench --preset {result.preset} ({e.videos} videos, {preset.steps} steps)")
+        source=f"reelbatch bench --preset {result.preset} ({e.videos} videos, {e.model['steps']} steps)")
     try:
         path = profiles.record(settings.cache_dir, profile)
     except (OSError, ReelbatchError) as exc:
@@ -199,21 +225,59 @@ def _bench_ladder(preset, batches: tuple[int, ...], workers: tuple[int, ...], js
               f"{best.batch}", highlight=False)
 
 
-def _bench_quality(model: str, candidates: list[str], count: int, batch: int, json_: bool) -> None:
+def _bench_quality(model: str, setting: list[str] | None, count: int, batch: int, json_: bool) -> None:
+    try:
+        settings = Settings.from_env()
+        registry = settings.registry()
+    except ReelbatchError as exc:
+        fail(exc)
+    distilled = model in registry and registry.get(model).teacher is not None
+    if distilled and setting:
+        fail(UsageError(f"--setting: {model!r} is distilled; its gate is against its teacher, not a lossy setting"))
     with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
         task = bar.add_task("bench --quality")
+        describe = lambda name: bar.update(task, description=f"rendering {name}")  # noqa: E731
         try:
-            from jobs.bench.quality import run_quality_bench  # here, not at the top: torch only when rendering
+            if distilled:
+                from jobs.quality.distilled import judge_registration  # here, not at the top: torch only when rendering
 
-            result = run_quality_bench(Settings.from_env(), model, candidates, count=count, batch=batch,
-                                       on_setting=lambda name: bar.update(task, description=f"rendering {name}"))
+                judged = judge_registration(settings, model, count=count, batch=batch, on_model=describe)
+            else:
+                from jobs.bench.quality import run_quality_bench  # here, not at the top: torch only when rendering
+
+                result = run_quality_bench(settings, model, setting or list(CANDIDATES), count=count, batch=batch,
+                                           on_setting=describe)
         except ReelbatchError as exc:
             fail(exc)
+    if distilled:
+        if json_:
+            out.print_json(json.dumps(judged.to_dict()))
+        else:
+            print_distilled(judged)
+        return
     if json_:
         out.print_json(json.dumps(result.to_dict()))
     else:
         print_quality_bench(result)
+
+
+def print_distilled(r: DistilledJudgement) -> None:
+    g = r.gate
+    out.print(f"[bold]bench --quality[/bold] {g.model} against its teacher {g.teacher}: {g.count} videos each at "
+              f"its defaults, judged after MP4; {r.student_s:.2f} s against the teacher's {r.teacher_s:.2f} s "
+              f"({g.speedup:.1f}x)", highlight=False)
+    table = Table("attribute", g.teacher, g.model, "at least", box=None)
+    for name in ("colour", "shape", "direction", "background", "all_four"):
+        floor = "" if name == "all_four" else f"{100 * (g.exact_adherence[name] - 0.02):.1f}"
+        table.add_row(name, f"{100 * g.exact_adherence[name]:.1f}", f"{100 * g.adherence[name]:.1f}", floor)
+    out.print(table)
+    out.print(f"flicker {g.flicker:.2f} (the teacher's {g.teacher_flicker:.2f}; at most {r.flicker_ratio:g}x); "
+              f"blank frames {g.blank_frames} (the teacher's {g.teacher_blank_frames})", highlight=False)
+    out.print(f"PSNR against the teacher's renders, for information (another model draws other pixels): mean "
+              f"{g.psnr_db_mean:.1f} dB, worst video {g.psnr_db_min:.1f} dB", highlight=False)
+    verdict = "passed: workers may render it" if g.passed else "FAILED: " + "; ".join(g.failures)
+    out.print(f"distilled gate {verdict} (recorded)", highlight=False)
 
 
 def print_quality_bench(r: QualityBench) -> None:
@@ -240,10 +304,16 @@ def print_quality_bench(r: QualityBench) -> None:
 
 def print_bench(r: BenchResult) -> None:
     b, e = r.baseline, r.engine
-    out.print(Text(f"bench {r.preset}", style="bold"), f"on {r.device} ({r.dtype}): {r.shape['videos']} videos of "
-              f"{r.shape['width']}x{r.shape['height']}, {r.shape['frames']} frames, {r.shape['steps']} steps, "
-              f"guidance {r.shape['guidance']:g}"
-              + ("" if r.shape.get("guidance_2") is None else f" (low-noise expert {r.shape['guidance_2']:g})"))
+    out.print(Text(f"bench {r.preset}", style="bold"), f"on {r.device} ({r.dtype}, {r.environment.get('device_name')}, "
+              f"commit {r.environment.get('commit')}): {r.shape['videos']} videos of {r.shape['width']}x"
+              f"{r.shape['height']}, {r.shape['frames']} frames"
+              + ("" if r.shape.get("guidance_2") is None else f", low-noise expert guidance {r.shape['guidance_2']:g}"))
+    for name, side in (("baseline", b), ("reelbatch", e)):
+        m = side.model
+        extras = [f"adapters {', '.join(a['path'].rsplit('/', 1)[-1] for a in m['adapters'])}" if m["adapters"] else "",
+                  f"sampler {m['sampler']}" if m["sampler"] else "", "light decoder" if m["decoder"] else ""]
+        out.print(literal(f"  {name}: {m['name']}, {m['steps']} steps, guidance {m['guidance']:g}"
+                          + "".join(f", {x}" for x in extras if x)))
     table = Table("", "baseline", "reelbatch", "ratio")
     table.add_row("videos/hour", f"{b.videos_per_hour:.1f}", f"{e.videos_per_hour:.1f}", f"{r.speedup:.2f}x")
     table.add_row("wall s", f"{b.wall_s:.2f}", f"{e.wall_s:.2f}", _ratio(b.wall_s, e.wall_s))
@@ -252,10 +322,21 @@ def print_bench(r: BenchResult) -> None:
         table.add_row(f"  {stage} s", f"{x:.2f}", f"{y:.2f}", _ratio(x, y))
     table.add_row("wall / compute", f"{b.wall_s / b.compute_s:.3f}", f"{e.wall_s / e.compute_s:.3f}", "")
     table.add_row("denoise MFU", f"{r.baseline_denoise_mfu:.2f}", f"{r.denoise_mfu:.2f}", "")
+    sheet = r.datasheet_mfu()
+    if sheet["engine"] is not None:
+        table.add_row("  of datasheet peak", f"{sheet['baseline']:.2f}", f"{sheet['engine']:.2f}", "")
     out.print(table)
-    out.print(f"denoise {r.denoise_gflop:.1f} GFLOP per video; matmul peak {r.peak_gflops:.1f} GFLOP/s, so at least "
-              f"{r.denoise_floor_s:.2f} s of denoising per video; "
-              f"min PSNR reelbatch vs baseline {r.min_psnr_db:.1f} dB (100 = identical)")
+    out.print(f"denoise {r.baseline_gflop:.1f} GFLOP per video (baseline), {r.denoise_gflop:.1f} (reelbatch); matmul "
+              f"peak {r.peak_gflops:.1f} GFLOP/s, so at least {r.denoise_floor_s:.2f} s of reelbatch's denoising per "
+              f"video", highlight=False)
+    if r.engine_gate:
+        out.print(f"[bold]speed only[/bold]: workers refuse reelbatch's side as its files are now ({r.engine_gate})",
+                  highlight=False)
+    if r.same_model:
+        out.print(f"min PSNR reelbatch vs baseline {r.min_psnr_db:.1f} dB (100 = identical)", highlight=False)
+    else:
+        out.print(f"two models: PSNR reelbatch vs baseline (for information) {r.min_psnr_db:.1f} dB at worst; "
+                  "their quality is the distilled gate's (bench --quality --model)", highlight=False)
 
 
 def _ratio(baseline: float, engine: float) -> str:

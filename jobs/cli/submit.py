@@ -95,8 +95,11 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, notif
     if spec.notify is not None and settings.webhook_secret is None:
         raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
                          "deliveries could not be signed; set it here and on every worker")
-    if check_gate and settings.engine_config().lossy():
-        _check_gate(settings, spec.model)
+    if check_gate and (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher):
+        from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
+
+        # The embedded worker renders with this process's settings: refuse what it would refuse before writing.
+        gated_engine(settings, settings.registry(), spec.model, named_by=str(manifest))
     factory = session_factory(settings.database_url)
     large = len(spec.videos) >= PROGRESS_FROM_VIDEOS
     columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -113,14 +116,3 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, notif
             send_tickets(create_app(settings), submitted.pending_units, submitted.model,
                          on_sent=lambda: bar.advance(tickets))
     return submitted
-
-
-def _check_gate(settings: Settings, model: str) -> None:
-    """The embedded worker renders with this process's settings: refuse an ungated lossy one before writing."""
-    from engine.engine import Engine  # here, not at the top: torch only when a lossy setting must be checked
-    from engine.gates import UngatedSetting
-
-    try:
-        Engine(settings.engine_config(), settings.registry()).check_gate(model)
-    except UngatedSetting as exc:
-        raise UsageError(f"REELBATCH_STEP_CACHE / REELBATCH_GUIDANCE_FRACTION / REELBATCH_STEP_SCALE: {exc}") from None

@@ -76,10 +76,8 @@ def train(
 
 # A one-minute distillation for tests and for trying the command: every stage, a few steps each.
 QUICK_DISTILL = dict(samples=80, continuations=16, shard=48, student_steps=12, decoder_steps=6, refine_steps=6,
-                     decoder_teacher_samples=32, decoder_long_clips=4, warmup=3, log_every=3, checkpoint_every=6)
-# Judged after `toy distill`: sixteen 4 s videos, prompts 5i of the 80 (every colour, and every shape, direction and
-# background pairing once), seeds outside the quality set's 7000-7079.
-LONG_SEEDS = 9100
+                     decoder_teacher_samples=32, decoder_student_samples=32, decoder_long_clips=4, warmup=3,
+                     log_every=3, checkpoint_every=6)
 
 
 @toy_app.command("distill")
@@ -94,8 +92,8 @@ def distill(
     evaluate: Annotated[bool, typer.Option(help="Judge the student against `toy`, record its gate, write its "
                                            "card.")] = True,
 ) -> None:
-    """Distil the shipped `toy` into `toy-fast`: a 4-step guidance-free LoRA and a light decoder, on CPU (about half
-    an hour on 2 cores). Writes them and a model card (README.md) to --out."""
+    """Distil the shipped `toy` into `toy-fast`: a 4-step guidance-free LoRA and a light decoder, on CPU. Writes
+    them and a model card (README.md) to --out."""
     import torch
 
     from engine.models import TOY_WEIGHTS
@@ -117,27 +115,19 @@ def distill(
     except ValueError as exc:
         fail(UsageError(str(exc)))
     wall_s = time.monotonic() - started
-    out.print(f"distilled in {sum(progress.seconds.values()) / 60:.1f} min of stage time ({wall_s / 60:.1f} min "
-              f"wall); saved to {out_dir}")
+    out.print(f"distilled in {sum(progress.seconds.values()) / 60:.1f} min of stage time "
+              f"({sum(progress.cpu_seconds.values()) / 60:.1f} CPU-minutes; {wall_s / 60:.1f} min wall for this "
+              f"invocation); saved to {out_dir}")
     if not evaluate:
         return
-    from engine.engine import Engine
     from engine.toy.distill_card import write_card
-    from engine.toy.distill_report import evaluate as judge
-    from engine.toy.distill_report import with_folder
-    from engine.toy.world import COMBINATIONS
-    from jobs.quality.evaluate import round_trip
-    from jobs.quality.sample import sample_set
+    from jobs.quality.distilled import evaluate_distilled
 
     evaluation_started = time.monotonic()
-    settings = Settings.from_env()
-    engine = Engine(settings.engine_config(), with_folder(settings.registry(), out_dir))
-    cases = [(c.prompt, c.seed) for c in sample_set()]
-    long_cases = [(f"a {c} {s} moving {d} on a {b} background", LONG_SEEDS + i)
-                  for i, (c, s, d, b) in enumerate(COMBINATIONS[5 * i] for i in range(16))]
-    fps = engine.registry.get("toy-fast").defaults.fps
-    results = judge(engine, "toy-fast", cases[:16] if quick else cases, long_cases[:2] if quick else long_cases,
-                    lambda frames: round_trip(frames, fps))
+    try:
+        results = evaluate_distilled(Settings.from_env(), out_dir, quick=quick)
+    except ReelbatchError as exc:
+        fail(exc)
     write_card(out_dir / "README.md", config=config, progress=progress, results=results,
                machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
                        f"{torch.__version__}, {torch.get_num_threads()} threads",

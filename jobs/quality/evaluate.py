@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.engine import Engine
 from engine.metrics import psnr, ssim
-from engine.models import Registry
+from engine.models import ModelInfo, Registry
 from engine.toy.judge import score
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.errors import UsageError
@@ -32,6 +32,8 @@ REFERENCES = "references.npz"
 TARGETS = {"colour": 0.95, "direction": 0.95, "background": 0.95, "shape": 0.80}
 # The exact engine must reproduce the references to this PSNR; float reordering across machines stays far above.
 REFERENCE_PSNR_DB = 40.0
+# The settings that turn the lossy accelerators on (jobs.settings), named when one is refused.
+LOSSY_VARIABLES = "REELBATCH_STEP_CACHE / REELBATCH_GUIDANCE_FRACTION / REELBATCH_STEP_SCALE"
 
 
 def native_shape(registry: Registry, model: str, *, steps: int | None = None,
@@ -152,7 +154,30 @@ def run_quality(settings: Settings, model: str, *, steps: int | None, guidance: 
     """`reelbatch quality`: the sample set rendered by an engine on `settings`' switches, judged and compared."""
     registry = settings.registry()
     shape, fps = native_shape(registry, model, steps=steps, guidance=guidance)
-    info = registry.get(model)
-    references = info.path / REFERENCES if info.path else None
-    return evaluate(Engine(settings.engine_config(), registry), shape, sample_set(count), fps=fps, batch=batch,
-                    references=references, on_batch=on_batch)
+    return evaluate(gated_engine(settings, registry, model), shape, sample_set(count), fps=fps, batch=batch,
+                    references=references_file(registry.get(model)), on_batch=on_batch)
+
+
+def references_file(info: ModelInfo) -> Path | None:
+    """Where a model's reference renders are kept: beside its own files. A registration with adapters (a distilled
+    one, such as toy-fast) renders other frames than its folder's model, so its references sit beside its first
+    adapter, where `reelbatch toy distill` writes toy-fast's."""
+    if info.adapters:
+        return info.adapters[0].path.parent / REFERENCES
+    return info.path / REFERENCES if info.path else None
+
+
+def gated_engine(settings: Settings, registry: Registry, model: str, *, named_by: str | None = None) -> Engine:
+    """An engine on `settings`' switches that may render `model`, refusing before any render what a worker would
+    refuse: a distilled registration whose gate against its teacher has not passed is a usage error starting with
+    `named_by` (where the model was named; default `--model NAME`), a lossy setting without its gate one naming the
+    variables; either says which gate and the command that measures it."""
+    from engine.gates import DISTILLED, UngatedSetting
+
+    engine = Engine(settings.engine_config(), registry)
+    try:
+        engine.check_gate(model)
+    except UngatedSetting as exc:
+        where = (named_by or f"--model {model}") if exc.setting == DISTILLED else LOSSY_VARIABLES
+        raise UsageError(f"{where}: {exc}") from None
+    return engine

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw
 
-from engine.engine import Engine
 from engine.types import RenderBatch, RenderRequest
 from jobs.errors import UsageError
-from jobs.quality.evaluate import native_shape, round_trip
+from jobs.quality.evaluate import gated_engine, native_shape, round_trip
 from jobs.quality.sample import sample_set
 from jobs.settings import Settings
 
@@ -42,7 +41,7 @@ def contact_sheet(settings: Settings, model: str, prompts: list[str], *, seed: i
         if not prompts or any(not p.strip() for p in prompts):
             raise UsageError("--prompt: prompts must not be empty")
         requests = tuple(RenderRequest(i, p, None, seed + i) for i, p in enumerate(prompts))
-    rendered = Engine(settings.engine_config(), registry).render(RenderBatch(shape, requests))
+    rendered = gated_engine(settings, registry, model).render(RenderBatch(shape, requests))
     videos = []
     for video in rendered:
         if video.frames is None:

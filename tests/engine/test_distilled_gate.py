@@ -84,7 +84,7 @@ def test_the_engine_refuses_a_distilled_registration_until_its_gate_passed(tmp_p
     failing = gates.distilled_gate("tiny-fast", identity, "tiny", adherence=worse, teacher_adherence=TEACHER,
                                    videos=video, teacher_videos=video, batch=8, speedup=4.0)
     gates.record(tmp_path, failing)
-    with pytest.raises(UngatedSetting, match="failed its distilled quality gate \\(direction adherence 50.0%"):
+    with pytest.raises(UngatedSetting, match="failed its distilled quality gate against its teacher \\(direction adherence 50.0%"):
         Engine(EngineConfig(cache_dir=tmp_path), registry).render(batch)
     gates.record(tmp_path, gates.distilled_gate("tiny-fast", identity, "tiny", adherence=TEACHER,
                                                 teacher_adherence=TEACHER, videos=video, teacher_videos=video,

@@ -7,13 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from jobs.bench.baseline import denoise_gflop
 from jobs.bench.compare import BenchResult
 from jobs.bench.ladder import level_videos
-from jobs.bench.presets import PRESETS, Preset, prompts
+from jobs.bench.presets import Preset, prompts
 from jobs.bench.side import Side
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,8 @@ def test_bench_small_runs_both_sides_and_reports_every_field(tmp_path, model_cac
     assert r["min_psnr_db"] >= 40 and len(r["psnr_db"]) == 4 and r["min_psnr_db"] == min(r["psnr_db"])
     assert 0 < r["min_psnr_mp4_db"] <= 100
     assert {"denoise_gflop", "peak_gflops", "denoise_floor_s", "denoise_mfu", "baseline_denoise_mfu"} <= set(r)
-    assert e["config"]["overlap"] is True and e["config"]["max_batch"] == PRESETS["small"].batch
+    # The preset's batches of 16, but at least two batches of the 4 videos, so storing one overlaps the next.
+    assert e["config"]["overlap"] is True and e["config"]["max_batch"] == 2
     assert not list(tmp_path.iterdir()), "the bench leaves nothing behind in the working folder"
     # It recorded the worker path's seconds per video as the toy model's profile, which estimates then stand on.
     p = r["profile"]
@@ -178,3 +180,83 @@ def test_bench_long_reports_chunked_and_full_length_side_by_side(tmp_path, model
     assert set(many["stages"]) == {"text", "denoise", "decode"}
     assert r["full_length"]["time_ratio"] > 0 and r["full_length"]["peak_memory_ratio"] > 0
     assert not list(tmp_path.iterdir())
+
+
+def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gate_passed(tmp_path):
+    """`--preset small --model toy-fast`: the baseline is the plain script rendering the teacher `toy` at its
+    defaults (20 steps, guidance 2), reelbatch's side renders toy-fast at its own (4 steps, one pass, its LoRA,
+    sampler and light decoder). Refused, writing nothing, until toy-fast's distilled gate has passed; `--speed-only`
+    times it anyway and says why workers would refuse it."""
+    from engine import adapt, gates
+    from engine.models import TOY_FAST, TOY_WEIGHTS
+    from jobs.bench.sides import check_gates
+    from jobs.settings import Settings
+
+    cache = tmp_path / "cache"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")}, "REELBATCH_CACHE_DIR": str(cache)}
+    args = [sys.executable, "-m", "jobs", "bench", "--preset", "small", "--model", "toy-fast", "--videos", "4", "--json"]
+    work = tmp_path / "work"
+    work.mkdir()
+    refused = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2, refused.stderr
+    assert "--model toy-fast: model 'toy-fast' is distilled and has no recorded quality gate" in refused.stderr
+    assert "reelbatch bench --quality --model toy-fast" in refused.stderr and not list(work.iterdir())
+    proc = subprocess.run(args + ["--speed-only"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert "model 'toy-fast' is distilled and has no recorded quality gate" in r["engine_gate"]
+    assert r["baseline"]["model"] == {"name": "toy", "path": str(TOY_WEIGHTS), "adapters": [], "sampler": None,
+                                      "decoder": None, "teacher": None, "steps": 20, "guidance": 2.0}
+    assert r["engine"]["model"] == {
+        "name": "toy-fast", "path": str(TOY_WEIGHTS),
+        "adapters": [{"path": str(TOY_WEIGHTS.parent / "weights-fast" / "adapter.safetensors"), "scale": 1.0}],
+        "sampler": "flow_euler(shift=3,terminal=0.1)", "decoder": str(TOY_WEIGHTS.parent / "weights-fast" / "decoder"),
+        "teacher": "toy", "steps": 4, "guidance": 1.0}
+    assert (r["shape"]["steps"], r["shape"]["guidance"], r["same_model"]) == (4, 1.0, False)
+    # 20 steps of two passes against 4 of one: 40 transformer passes a video against 4.
+    assert r["baseline_denoise_gflop"] == pytest.approx(10 * r["denoise_gflop"])
+    assert r["engine"]["config"]["max_batch"] == 2, "4 videos in two batches, so storing one overlaps the next"
+    for side in ("baseline", "engine"):
+        assert r[side]["videos"] == 4 and set(r[side]["stages"]) == {"text", "denoise", "decode", "encode", "upload",
+                                                                      "other"}
+    env_ = r["environment"]
+    assert set(env_["versions"]) == {"torch", "diffusers", "transformers", "peft", "av"} and all(env_["versions"].values())
+    assert env_["commit"] == "unknown" or len(env_["commit"].removesuffix("+dirty")) == 40
+    assert env_["datasheet_peak_gflops"] is None and r["datasheet_mfu"] == {"baseline": None, "engine": None}
+    # A passing record, as `bench --quality --model toy-fast` writes one (that measurement is test_toy_fast's):
+    # the check the bench makes before rendering then lets it through.
+    teacher = {"colour": 1.0, "shape": 0.8, "direction": 0.95, "background": 1.0, "all_four": 0.75}
+    video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)]
+    gates.record(cache, gates.distilled_gate("toy-fast", adapt.identity(TOY_FAST, TOY_WEIGHTS), "toy",
+                                             adherence=teacher, teacher_adherence=teacher, videos=video,
+                                             teacher_videos=video, batch=8, speedup=10.0))
+    settings = Settings.from_env({"REELBATCH_CACHE_DIR": str(cache)})
+    check_gates(settings, settings.registry().get("toy-fast"))
+
+
+def test_the_cpu_fast_registrations_adapter_and_decoder_fit_their_base_and_render_in_four_passes(tmp_path,
+                                                                                                model_cache):
+    """The cpu-fast preset's random LoRA and light decoder, built here for the tiny folder (the same code builds
+    them for the Wan-width bench model): the models file's checks accept them, and the engine renders 4 steps of one
+    pass with the light decoder in place of the VAE's."""
+    from engine.bench_models import ADAPTER_FILE, DECODER_FOLDER, ensure_fast_extras
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.models import load_registry
+    from engine.tiny import ensure_tiny
+    from engine.types import RenderBatch, RenderRequest, Shape
+
+    tiny = ensure_tiny(model_cache)
+    extras = ensure_fast_extras(tmp_path, tiny)
+    assert ensure_fast_extras(tmp_path, tiny) == extras, "built once"
+    models = tmp_path / "models.yaml"
+    models.write_text(f"fast:\n  path: {tiny}\n  max_sequence_length: 64\n  adapters: [{{path: {extras / ADAPTER_FILE}}}]\n"
+                      f"  decoder: {extras / DECODER_FOLDER}\n  sampler: {{name: flow_euler, shift: 3.0}}\n"
+                      "  defaults: {width: 64, height: 64, fps: 8, duration_s: 1, steps: 4, guidance: 1.0}\n")
+    engine = Engine(EngineConfig(cache_dir=tmp_path), load_registry(models))
+    calls = []
+    hook = engine.pipeline("fast").transformer.register_forward_hook(lambda *a: calls.append(1))
+    (video,) = engine.render(RenderBatch(Shape("fast", 64, 64, 9, 4, 1.0), (RenderRequest(1, "a boat", None, 3),)))
+    hook.remove()
+    assert video.error is None and video.frames.shape == (9, 64, 64, 3) and len(calls) == 4
+    assert engine.light_decoder("fast") is not None

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from engine import gates
@@ -58,3 +59,45 @@ def test_a_malformed_setting_is_a_usage_error(tmp_path, env):
     proc = cli(["bench", "--quality", "--setting", "step_scale=2"], tmp_path, env, timeout=120)
     assert proc.returncode == 2
     assert "--setting 'step_scale=2'" in proc.stderr and "step_scale must be in (0, 1]" in proc.stderr
+
+
+def test_a_distilled_model_is_refused_until_bench_quality_records_its_gate_against_its_teacher(tmp_path, env):
+    """`model: toy-fast` before any gate: `run`, `quality` and `toy sheet` refuse it naming the gate and the command
+    that measures it, writing nothing. `bench --quality --model toy-fast` renders it and `toy` at their defaults and
+    records its distilled gate (PSNR against the teacher for information). A passing record lets `run` render it."""
+    from engine import adapt
+    from engine.models import TOY_FAST, TOY_WEIGHTS
+
+    manifest = tmp_path / "fast.yaml"
+    manifest.write_text("name: fast\nmodel: toy-fast\nvideos:\n  - id: a\n    prompt: a red circle moving left on a "
+                        "black background\n", encoding="utf-8")
+    refused = cli(["run", str(manifest)], tmp_path, env)
+    assert refused.returncode == 2, refused.stderr
+    assert f"{manifest}: model 'toy-fast' is distilled and has no recorded quality gate" in refused.stderr
+    assert "reelbatch bench --quality --model toy-fast" in refused.stderr and "REELBATCH_STEP" not in refused.stderr
+    assert not (tmp_path / "reelbatch.db").exists() and not (tmp_path / "outputs").exists(), "nothing written"
+    for args in (["quality", "--model", "toy-fast", "--count", "16"], ["toy", "sheet", "--model", "toy-fast"]):
+        proc = cli(args, tmp_path, env)
+        assert proc.returncode == 2 and "--model toy-fast: model 'toy-fast' is distilled" in proc.stderr, proc.stderr
+    assert not (tmp_path / "toy-sheet.png").exists()
+
+    proc = cli(["bench", "--quality", "--model", "toy-fast", "--count", "16", "--json"], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    g = r["gate"]
+    assert (g["model"], g["teacher"], g["setting"], g["count"]) == ("toy-fast", "toy", "distilled", 16)
+    assert r["psnr_against_teacher"]["required"] is False and r["student_s"] > 0 and r["teacher_s"] > 0
+    assert g["flicker"] > 0 and g["teacher_flicker"] > 0 and g["blank_frames"] == 0
+    (recorded,) = gates.load(tmp_path / "cache").values()
+    assert recorded["identity"] == adapt.identity(TOY_FAST, TOY_WEIGHTS) and recorded["passed"] == g["passed"]
+
+    # Whatever this 16-pair measurement found, a passing record (as a retrained toy-fast's would be) is what `run`
+    # checks; the adherence figures are the recorder's business, tested in tests/engine/test_distilled_gate.py.
+    teacher = {"colour": 1.0, "shape": 0.8, "direction": 0.95, "background": 1.0, "all_four": 0.75}
+    video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)]
+    gates.record(tmp_path / "cache", gates.distilled_gate("toy-fast", recorded["identity"], "toy", adherence=teacher,
+                                                          teacher_adherence=teacher, videos=video,
+                                                          teacher_videos=video, batch=8, speedup=8.0))
+    accepted = cli(["run", str(manifest), "--json"], tmp_path, env)
+    assert accepted.returncode == 0, accepted.stderr
+    assert json.loads(accepted.stdout)["counts"]["succeeded"] == 1

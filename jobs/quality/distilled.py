@@ -1,0 +1,78 @@
+"""A distilled registration judged against its teacher: `reelbatch bench --quality --model NAME` (its gate) and the
+evaluation `reelbatch toy distill` ends with (its gate, long videos and card figures).
+
+engine.toy.distill_report renders and judges; this module chooses what it judges (the quality set, long videos'
+prompts and seeds) and how a viewer sees it (the MP4 round trip), so the engine needs neither the job system nor
+the encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import gates
+from engine.engine import Engine
+from engine.toy.distill_report import FastResults, evaluate, judge_against_teacher, with_folder
+from engine.toy.world import COMBINATIONS
+from jobs.errors import UsageError
+from jobs.quality.evaluate import REFERENCES, native_shape, round_trip, save_references
+from jobs.quality.sample import sample_set
+from jobs.settings import Settings
+
+# Long videos judged after `toy distill`: sixteen 4 s videos, prompts 5i of the 80 (every colour, and every shape,
+# direction and background pairing once), seeds outside the quality set's 7000-7079.
+LONG_SEEDS = 9100
+LONG_VIDEOS = 16
+
+
+@dataclass
+class DistilledJudgement:
+    gate: gates.Gate
+    student_s: float  # rendering the set, after a warm-up batch
+    teacher_s: float
+    flicker_ratio: float = gates.FLICKER_RATIO
+
+    def to_dict(self) -> dict:
+        return {"gate": self.gate.to_dict(), "student_s": self.student_s, "teacher_s": self.teacher_s,
+                "flicker_ratio_allowed": self.flicker_ratio,
+                "psnr_against_teacher": {"mean_db": self.gate.psnr_db_mean, "min_db": self.gate.psnr_db_min,
+                                         "required": False}}
+
+
+def long_cases(count: int = LONG_VIDEOS) -> list[tuple[str, int]]:
+    return [(f"a {c} {s} moving {d} on a {b} background", LONG_SEEDS + i)
+            for i, (c, s, d, b) in enumerate(COMBINATIONS[5 * i] for i in range(count))]
+
+
+def judge_registration(settings: Settings, model: str, *, count: int, batch: int,
+                       on_model: Callable[[str], None] | None = None) -> DistilledJudgement:
+    """`reelbatch bench --quality --model NAME` for a distilled registration: it and its teacher render the quality
+    set at their defaults with the lossy accelerators off, are judged after MP4, and its gate is recorded."""
+    registry = settings.registry()
+    _, fps = native_shape(registry, model)  # a usage error for an unregistered name
+    info = registry.get(model)
+    if info.teacher is None:
+        raise UsageError(f"--model: {model!r} names no teacher, so it has no distilled gate")
+    if on_model:
+        on_model(f"{model} and its teacher {info.teacher}")
+    engine = Engine(settings.engine_config().exact(), registry)
+    cases = [(c.prompt, c.seed) for c in sample_set(count)]
+    judged = judge_against_teacher(engine, model, cases, lambda frames: round_trip(frames, fps), batch)
+    return DistilledJudgement(judged.gate, judged.student_s, judged.teacher_s)
+
+
+def evaluate_distilled(settings: Settings, folder: Path, *, quick: bool = False) -> FastResults:
+    """`reelbatch toy distill`'s evaluation of the student written to `folder` (as `toy-fast`): its gate on the
+    quality set (recorded), long videos in chunks, decode times and sizes; and its renders of the quality set kept
+    as `folder`/references.npz, what `reelbatch quality --model toy-fast` compares with. `quick`: 16 pairs and 2
+    long videos."""
+    registry = with_folder(settings.registry(), folder)
+    engine = Engine(settings.engine_config().exact(), registry)
+    sample = sample_set(16 if quick else 80)
+    shape, fps = native_shape(registry, "toy-fast")
+    results, judged = evaluate(engine, "toy-fast", [(c.prompt, c.seed) for c in sample],
+                               long_cases(2 if quick else LONG_VIDEOS), lambda frames: round_trip(frames, fps))
+    save_references(folder / REFERENCES, shape, sample, judged.videos)
+    return results
