@@ -60,14 +60,18 @@ class Farm:
     bucket: str
     videos: int = VIDEOS
     steps: int = STEPS
+    resolution: str = "64x64"  # tiny's own
+    duration_s: float = 1.0  # 9 frames at tiny's 8 fps
 
     def cli(self, *args: str, timeout: float = 120):
         return Cli(self.cwd, self.env)(*args, timeout=timeout)
 
     def submit(self) -> dict:
         manifest = self.cwd / "faults.yaml"
-        manifest.write_text(f"name: {RUN}\ndefaults:\n  steps: {self.steps}\nvideos:\n" + "".join(
-            f"  - id: v{i:02d}\n    prompt: fault test video {i}\n" for i in range(self.videos)))
+        head = (f"name: {RUN}\ndefaults:\n  steps: {self.steps}\n  resolution: {self.resolution}\n"
+                f"  duration_s: {self.duration_s}\nvideos:\n")
+        manifest.write_text(head + "".join(f"  - id: v{i:02d}\n    prompt: fault test video {i}\n"
+                                           for i in range(self.videos)))
         return json.loads(self.cli("submit", str(manifest), "--json").stdout)
 
     def units(self) -> list:
@@ -100,7 +104,8 @@ class Farm:
 
 
 def make_farm(tmp_path: Path, cli_env: dict, *, database_url: str, broker_url: str, bucket: str,
-              endpoint_url: str | None = None, videos: int = VIDEOS, steps: int = STEPS, **settings: object) -> Farm:
+              endpoint_url: str | None = None, videos: int = VIDEOS, steps: int = STEPS, resolution: str = "64x64",
+              duration_s: float = 1.0, **settings: object) -> Farm:
     env = {**cli_env, **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
     env.update(
         REELBATCH_DATABASE_URL=database_url, REELBATCH_BROKER_URL=broker_url,
@@ -116,7 +121,8 @@ def make_farm(tmp_path: Path, cli_env: dict, *, database_url: str, broker_url: s
     env.update({f"REELBATCH_{k.upper()}": str(v) for k, v in settings.items()})
     s3 = boto3.session.Session().client("s3")  # the test's own view: straight to moto, never through a gate
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    farm = Farm(env, tmp_path, create_engine(database_url, poolclass=NullPool), s3, bucket, videos, steps)
+    farm = Farm(env, tmp_path, create_engine(database_url, poolclass=NullPool), s3, bucket, videos, steps, resolution,
+                duration_s)
     farm.cli("db", "upgrade")
     return farm
 
@@ -133,8 +139,9 @@ def running_unit(farm: Farm, workers: Workers):
     return None
 
 
-def rendering_holder(farm: Farm, workers: Workers):
-    """A warm worker in the middle of rendering a batch, with the units it holds (id -> row); else None.
+def rendering_holder(farm: Farm, workers: Workers, only=None):
+    """A warm worker (`only` that one, if given) in the middle of rendering a batch, with the units it holds (id ->
+    row); else None.
 
     Warm: it has finished a ticket, so the model is loaded. Mid-render: every unit of its batch is still running
     (while it stores, they succeed one by one) and the task that claimed them has not returned (with overlap, a
@@ -146,7 +153,9 @@ def rendering_holder(farm: Farm, workers: Workers):
             by_owner.setdefault(unit.lease_owner, {})[unit.id] = unit
     for owner, held in by_owner.items():
         holder = workers.holding(owner)
-        if holder is not None and len(held) == MAX_BATCH and holder.tasks_done() >= 1 and holder.mid_render():
+        if holder is None or (only is not None and holder is not only):
+            continue
+        if len(held) == MAX_BATCH and holder.tasks_done() >= 1 and holder.mid_render():
             return holder, held
     return None
 

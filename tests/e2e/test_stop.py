@@ -29,11 +29,12 @@ from .conftest import Cli
 from .procs import wait_for
 
 VIDEOS, MAX_BATCH = 6, 3
-# 600 steps of the tiny model (64x64, 9 frames): a batch of 3 renders for 6 s or more on a quiet core. At 200 steps
-# (2-3 s there) the batch in hand was sometimes rendered and stored before the Ctrl-C reached `run`, which then had
-# nothing left to stop.
-STEPS = 600
-MESSAGE = re.compile(r"^Ctrl-C: finishing the batch in hand \((\d+) videos?, step (\d+) of 600\), about (\d+) s; "
+# 200 steps of 33 frames (4 s at 8 fps, tiny's window) at 192x192: a batch of 3 renders for about 7 s on a quiet
+# core of this machine, long enough to be signalled in the middle of it. At 64x64 and 9 frames (0.4 s) the batch in
+# hand was rendered and stored before the Ctrl-C reached `run`, which then had nothing left to stop.
+STEPS = 200
+RESOLUTION, DURATION_S = "192x192", 4
+MESSAGE = re.compile(r"^Ctrl-C: finishing the batch in hand \((\d+) videos?, step (\d+) of 200\), about (\d+) s; "
                      r"Ctrl-C again to stop at once; `reelbatch run (\S+)` resumes$", re.M)
 SECOND = ("Ctrl-C again: stopping the batch in hand at its next step and handing it back; "
           "`reelbatch run {manifest}` resumes")
@@ -84,7 +85,8 @@ class Run:
 @pytest.fixture
 def stop_env(cli_env, tmp_path):
     manifest = tmp_path / "six.yaml"
-    manifest.write_text(f"name: stop\ndefaults:\n  steps: {STEPS}\nvideos:\n" + "".join(
+    defaults = f"  steps: {STEPS}\n  resolution: {RESOLUTION}\n  duration_s: {DURATION_S}\n"
+    manifest.write_text(f"name: stop\ndefaults:\n{defaults}videos:\n" + "".join(
         f"  - {{id: v{i}, prompt: stop test video {i}}}\n" for i in range(VIDEOS)))
     # The first batch also builds and loads the model: on a busy CPU that can outlast the smallest batch time
     # limit (60 s), and the batch would be retried one video at a time.
