@@ -41,9 +41,12 @@ from .procs import TcpGate, Workers, wait_for
 LEASE_S = 5
 VIDEOS = 12
 MAX_BATCH = 3
-# 100 denoising steps of the tiny model (64x64, 9 frames): a warm batch of 3 takes about 3 s on one core, long
-# enough to interrupt mid-render (measured; at 30 steps it is about 1 s).
+# 100 denoising steps of 33 frames of 192x192 (4 s at tiny's 8 fps, its window): a warm batch of 3 renders for about
+# 3.8 s on a quiet core of this machine, long enough to catch and interrupt mid-render. At tiny's own 64x64 and 9
+# frames it took 0.4 s there, and the tests could not find a worker mid-render (3 s when they were written, on a
+# busier machine).
 STEPS = 100
+RESOLUTION, DURATION_S = "192x192", 4.0
 RUN = "faults"
 # Bounds for one run of 12 videos on 2 busy cores, generous because the CPU is shared with the test and the servers.
 RUN_TIMEOUT_S = 120
@@ -60,8 +63,8 @@ class Farm:
     bucket: str
     videos: int = VIDEOS
     steps: int = STEPS
-    resolution: str = "64x64"  # tiny's own
-    duration_s: float = 1.0  # 9 frames at tiny's 8 fps
+    resolution: str = RESOLUTION
+    duration_s: float = DURATION_S
 
     def cli(self, *args: str, timeout: float = 120):
         return Cli(self.cwd, self.env)(*args, timeout=timeout)
@@ -104,8 +107,8 @@ class Farm:
 
 
 def make_farm(tmp_path: Path, cli_env: dict, *, database_url: str, broker_url: str, bucket: str,
-              endpoint_url: str | None = None, videos: int = VIDEOS, steps: int = STEPS, resolution: str = "64x64",
-              duration_s: float = 1.0, **settings: object) -> Farm:
+              endpoint_url: str | None = None, videos: int = VIDEOS, steps: int = STEPS, resolution: str = RESOLUTION,
+              duration_s: float = DURATION_S, **settings: object) -> Farm:
     env = {**cli_env, **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
     env.update(
         REELBATCH_DATABASE_URL=database_url, REELBATCH_BROKER_URL=broker_url,
@@ -340,12 +343,11 @@ def own_postgres():
 def test_postgres_restart(tmp_path, cli_env, own_postgres, redis_server, s3_env):
     """PostgreSQL restarts twice mid-run (a fast restart, then an outage longer than a lease); the run completes
     and every video succeeded exactly once, within the default 3 attempts (each outage costs a video at most one).
-    The second outage needs work still running once a video has succeeded after the first: with 12 videos of 100
-    steps a fast CPU (a batch in 0.8 s, not the 3 s measured when this was written) had finished the run by then, so
-    this run is 30 videos of 200 steps: five rounds of batches per worker."""
+    The second outage needs work still running once a video has succeeded after the first: with 12 videos a fast CPU
+    had finished the run by then, so this run is 30 videos: five rounds of batches per worker."""
     url = own_postgres.url.rsplit("/", 1)[0] + "/faults"
     farm = make_farm(tmp_path, cli_env, database_url=url, broker_url=redis_server, bucket=s3_env, retry_backoff_s=1,
-                     videos=30, steps=200)
+                     videos=30)
     with Workers(farm.env, farm.cwd) as workers:
         workers.start(), workers.start()
         farm.submit()
@@ -426,9 +428,10 @@ def test_sigkill_between_chunks_resumes_from_the_checkpoint(farm):
     worker takes the chunk over once the lease expires, starting from the first chunk's checkpoint in the store;
     the first chunk never renders again, and the video is whole."""
     manifest = farm.cwd / "long.yaml"
-    # 160 steps: a chunk renders for about a second, a window the test's 0.25 s polls cannot miss (at 40 steps a
-    # chunk took 0.2 s and a clean-clone run once missed it).
-    manifest.write_text(f"name: {RUN}\ndefaults:\n  steps: 160\nvideos:\n  - id: long\n    prompt: a long one\n"
+    # 160 steps at 192x192: a chunk renders for a second or more, a window the test's 0.25 s polls cannot miss (at
+    # 40 steps of 64x64 a chunk took 0.2 s and a clean-clone run once missed it).
+    manifest.write_text(f"name: {RUN}\ndefaults:\n  steps: 160\n  resolution: 192x192\nvideos:\n  - id: long\n"
+                        "    prompt: a long one\n"
                         "    duration_s: 9\n")
     farm.cli("submit", str(manifest))
 

@@ -80,8 +80,9 @@ def test_a_preempted_long_video_keeps_its_finished_chunks(tmp_path, cli_env, pos
     farm = make_farm(tmp_path, cli_env, database_url=postgres_url, broker_url=redis_server, bucket=s3_env,
                      lease_s=LEASE_S)
     manifest = farm.cwd / "long.yaml"
-    # 160 steps: a chunk renders for a second or more (tests/e2e/test_faults.py).
-    manifest.write_text(f"name: {RUN}\ndefaults:\n  steps: 160\nvideos:\n  - id: long\n    prompt: a long one\n"
+    # 160 steps at 192x192: a chunk renders for a second or more (tests/e2e/test_faults.py).
+    manifest.write_text(f"name: {RUN}\ndefaults:\n  steps: 160\n  resolution: 192x192\nvideos:\n  - id: long\n"
+                        "    prompt: a long one\n"
                         "    duration_s: 9\n")
     farm.cli("submit", str(manifest))
 
