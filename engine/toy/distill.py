@@ -24,16 +24,16 @@ what an unbroken run would have. Stages 3 and 4 are in engine.toy.distill_train.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from engine.toy.model import SCHEDULER_SHIFT
+from engine.toy.plumbing import Logger, check_config
 from engine.toy.world import COMBINATIONS
 
 # Each stage's index here seeds its random draws ("refine" last so that adding it left the decoder's draws as they
@@ -145,7 +145,7 @@ def distill(config: DistillConfig, teacher_folder: Path, work: Path, out: Path,
         raise ValueError(f"samples must be at least {len(COMBINATIONS)} (one per prompt) for continuations to "
                          f"find a prefix of their prompt, got {config.samples}")
     work.mkdir(parents=True, exist_ok=True)
-    _check_config(config, work)
+    check_config(config, work)
     pipe = WanPipeline.from_pretrained(teacher_folder, use_safetensors=True)
     pipe.set_progress_bar_config(disable=True)
     logger = Logger(work / "distill-log.jsonl", on_log)
@@ -284,28 +284,3 @@ def teacher_trajectory(transformer, noise: torch.Tensor, text: torch.Tensor, emp
 
 def rng_for(config: DistillConfig, stage: str, step: int) -> np.random.Generator:
     return np.random.default_rng([config.seed, STAGES.index(stage), step])
-
-
-def _check_config(config: DistillConfig, work: Path) -> None:
-    """A work folder belongs to one config: resuming with another would mix two runs."""
-    saved = work / "config.json"
-    wanted = json.loads(json.dumps(asdict(config)))
-    if saved.is_file():
-        found = json.loads(saved.read_text())
-        if found != wanted:
-            changed = sorted(k for k in wanted if found.get(k) != wanted[k])
-            raise ValueError(f"{work} holds a run with a different config ({', '.join(changed)} differ); "
-                             f"use another work folder or delete it")
-    else:
-        saved.write_text(json.dumps(wanted, indent=2) + "\n")
-
-
-class Logger:
-    def __init__(self, path: Path, on_log: Callable[[dict], None] | None):
-        self.path, self.on_log = path, on_log
-
-    def log(self, **record) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.on_log:
-            self.on_log(record)

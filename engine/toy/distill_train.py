@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from engine import light_decoder
-from engine.toy.distill import DistillConfig, Logger, rng_for
+from engine.toy.distill import DistillConfig, rng_for
+from engine.toy.plumbing import Logger
 
 ADAPTER_FILE = "adapter.safetensors"
 DECODER_FOLDER = "decoder"

@@ -92,9 +92,10 @@ def resume(path: Path, model, optimizer, schedule, average=None) -> tuple[int, f
 
 
 def check_config(config, work: Path) -> None:
-    """A work folder belongs to one config: resuming with another would mix two runs' weights."""
+    """A work folder belongs to one config: resuming with another would mix two runs' weights. Compared as JSON
+    reads it back (a tuple field is a list there)."""
     saved = work / "config.json"
-    wanted = asdict(config)
+    wanted = json.loads(json.dumps(asdict(config)))
     if saved.is_file():
         found = json.loads(saved.read_text())
         if found != wanted:
