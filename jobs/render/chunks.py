@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from dataclasses import replace
 
 import safetensors.torch
@@ -63,7 +64,13 @@ def stitch_long(factory: Factory, store: Store, engine: Engine, shape: Shape, un
     earlier = [load_latents(store.get(key)) for key in checkpoints(factory, unit.video_id, unit.chunk)]
     temporal_factor = engine.registry.get(shape.model).temporal_factor
     chunk_plan = ChunkPlan(unit.frames, shape.frames, unit.chunk_overlap, temporal_factor)
-    return engine.finish_long(shape.model, [*earlier, video.latents], chunk_plan, video.request, video.stages)
+    with _DECODING:
+        return engine.finish_long(shape.model, [*earlier, video.latents], chunk_plan, video.request, video.stages)
+
+
+# One stitch's decode at a time in a process, whatever the store's threads (jobs.render.store): each decodes a whole
+# long video on the engine's device beside the render in hand, and two at once would hold twice that memory.
+_DECODING = threading.Lock()
 
 
 def drop_checkpoints(factory: Factory, store: Store, unit: ClaimedUnit) -> None:

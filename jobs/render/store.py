@@ -3,11 +3,14 @@ video checkpointed), each with its typed outcome, handled exhaustively."""
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 
 from typing_extensions import assert_never
 
@@ -70,13 +73,16 @@ StoreOutcome = Stored | Checkpointed | Retry | Conflict | LeaseLost
 def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit],
               rendered: list[RenderedVideo], render_share: float, adopted: int, engine: Engine,
               on_ready: Callable[[int], None] | None, meter: Meter) -> BatchResult:
-    """Store each rendered video (or checkpoint each chunk) and record it. Each is charged its render share plus the
-    seconds its storing took that no render covered (jobs.cost.meter)."""
+    """Store each rendered video (or checkpoint each chunk), then record each in order. Each is charged its render
+    share plus the seconds of the batch's storing that no render covered (jobs.cost.meter), split between its videos
+    in proportion to how long each one's storing took: one after another, that is each video's own uncovered time;
+    on several threads at once, their overlapping seconds are charged once."""
     ok = retried = failed = readied = 0
-    for unit, video in zip(todo, rendered):
-        with meter.uncovered() as span:
-            outcome = _attempt(factory, engine, claim, unit, video, settings)
-        spent = render_share + span.seconds
+    with meter.uncovered() as span:
+        attempts = _attempt_all(factory, engine, claim, todo, rendered, settings, meter.clock)
+    own_total = sum(seconds for _, seconds in attempts)
+    for unit, video, (outcome, seconds) in zip(todo, rendered, attempts):
+        spent = render_share + (span.seconds * seconds / own_total if own_total > 0 else 0.0)
         match outcome:
             case Conflict(error):
                 lost = record.record_failure(factory, unit, error, spent, meter.rate, meter.session_id)
@@ -108,6 +114,32 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
     if readied and on_ready is not None:
         on_ready(readied)
     return BatchResult(len(claim.units), ok + adopted, retried, failed)
+
+
+def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[ClaimedUnit],
+                 rendered: list[RenderedVideo], settings: Settings,
+                 clock: Callable[[], float]) -> list[tuple[StoreOutcome, float]]:
+    """Every video's attempt, on up to `settings.store_threads` threads at once. Encoding (libx264), hashing and the
+    store's writes (fsync, or an S3 request) release the GIL, so a batch of small previews stores in a fraction of
+    the time one after another took: the tail after a worker's last render, and what bounds its rate once the
+    denoiser renders faster than one thread stores (docs/PERFORMANCE.md, "Storing on several threads"). Each outcome
+    comes with the seconds its attempt took on `clock` (the meter's)."""
+    attempt = partial(_timed_attempt, factory, engine, claim, settings=settings, clock=clock)
+    threads = min(settings.store_threads, len(todo))
+    if threads <= 1:
+        return [attempt(unit, video) for unit, video in zip(todo, rendered)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="reelbatch-store") as pool:
+        # Each on a copy of this thread's context, so its log lines keep the batch's bound fields (jobs.work.logs).
+        futures = [pool.submit(contextvars.copy_context().run, attempt, unit, video)
+                   for unit, video in zip(todo, rendered)]
+        return [future.result() for future in futures]
+
+
+def _timed_attempt(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
+                   settings: Settings, clock: Callable[[], float]) -> tuple[StoreOutcome, float]:
+    start = clock()
+    outcome = _attempt(factory, engine, claim, unit, video, settings)
+    return outcome, clock() - start
 
 
 def _attempt(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,

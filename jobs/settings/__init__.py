@@ -44,6 +44,7 @@ class Settings:
     batched_guidance: bool
     fast_vae_norm: bool
     overlap: bool
+    store_threads: int
     compile: bool
     attention: str
     text_cache: bool

@@ -87,7 +87,9 @@ def videos(prefix: str, count: int, **fields: object) -> list[dict]:
 def make_world(tmp_path: Path, db_url: str, model_cache: Path, registry, monkeypatch, **settings: object) -> World:
     config = dataclasses.replace(Settings.from_env({}), **{
         "database_url": db_url, "cache_dir": tmp_path / "cache", "max_batch": 2, "gpu_hour_usd": RATE.usd_per_hour,
-        "gpu_hour_source": RATE.source, "retry_backoff_s": 0.0, "overlap": False, **settings})
+        "gpu_hour_source": RATE.source, "retry_backoff_s": 0.0, "overlap": False,
+        "store_threads": 1,  # encodes one after another, each ENCODE_S on the clock: every charge is known
+        **settings})
     factory = session_factory(config.database_url)
     clock = Clock()
     # The built models come from the session's cache; profiles and the rest go to this test's own folder.

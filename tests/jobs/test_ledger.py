@@ -32,7 +32,8 @@ def world(tmp_path, db_url, model_cache, registry, monkeypatch):
     """On both databases (tests/jobs/conftest.py): PostgreSQL sums money as NUMERIC, SQLite as integers."""
     settings = dataclasses.replace(Settings.from_env({}), database_url=db_url,
                                    cache_dir=model_cache, max_batch=2, gpu_hour_usd=RATE.usd_per_hour,
-                                   gpu_hour_source=RATE.source, retry_backoff_s=0.0, overlap=False)
+                                   gpu_hour_source=RATE.source, retry_backoff_s=0.0, overlap=False,
+                                   store_threads=1)  # encodes one after another, each ENCODE_S on the clock
     factory = session_factory(settings.database_url)
     clock = Clock()
     engine = Engine(settings.engine_config(), registry)

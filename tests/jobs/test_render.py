@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import threading
 import time
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
+from jobs.render import keys
 from jobs.render.batch import Finisher, render_next_batch
 from jobs.settings import Settings
 from jobs.work import claims, leases
@@ -35,6 +37,7 @@ def setup(tmp_path, model_cache, registry):
 
 def test_a_batch_renders_encodes_stores_and_costs(setup):
     settings, factory, engine, folder = setup
+    settings = dataclasses.replace(settings, store_threads=1)  # one video after another: nothing overlaps
     result = render_next_batch(settings, engine, factory)
     assert (result.claimed, result.succeeded, result.failed) == (3, 3, 0)
     assert render_next_batch(settings, engine, factory).claimed == 0, "nothing left to claim"
@@ -80,6 +83,41 @@ def test_a_finisher_stores_while_the_next_batch_renders(setup):
     assert [Status(v.status) for v in videos] == [Status.SUCCEEDED] * 3
     assert all(v.attempts == 1 for v in videos), "no lease expired and no video rendered twice"
     assert probe_mp4(folder / "v2.mp4").frames == 9
+
+
+def test_a_batch_stores_its_videos_on_several_threads_and_charges_their_overlap_once(setup, monkeypatch):
+    settings, factory, engine, folder = setup
+    assert settings.store_threads == 4  # the default
+    # Each MP4's upload waits until all three are uploading: stored one after another, the first would wait alone
+    # for 20 s, fail, and be retried.
+    meeting = threading.Barrier(3, timeout=20)
+    real_store_for = keys.store_for
+
+    class Meeting:
+        def __init__(self, store):
+            self.store = store
+
+        def __getattr__(self, name):
+            return getattr(self.store, name)
+
+        def put(self, key, data, **kwargs):
+            if key.endswith(".mp4"):
+                meeting.wait()
+            return self.store.put(key, data, **kwargs)
+
+    monkeypatch.setattr(keys, "store_for", lambda prefix: Meeting(real_store_for(prefix)))
+    result = render_next_batch(settings, engine, factory)
+    assert (result.claimed, result.succeeded, result.retried, result.failed) == (3, 3, 0, 0)
+    with factory() as s:
+        videos = list(s.scalars(select(Video).order_by(Video.id)))
+        charged = {c.video_id: c.seconds for c in s.scalars(select(CostRecord).where(CostRecord.kind == "gpu"))}
+    assert [v.attempts for v in videos] == [1, 1, 1]
+    for v in videos:
+        assert probe_mp4(folder / f"{v.key}.mp4").frames == 9
+    # Every upload waited for the others, so the three storing times overlap: charged once, the batch's storing
+    # seconds are less than the sum of each video's own encode and upload.
+    storing = sum(charged[v.id] - v.render_s for v in videos)
+    assert 0 < storing < sum(v.encode_s + v.upload_s for v in videos)
 
 
 def test_an_existing_different_object_is_never_overwritten(setup):
