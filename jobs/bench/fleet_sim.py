@@ -9,7 +9,7 @@ to a model with work waiting, and runs the real Sweeper (heartbeat and session l
 reaping, tickets for idle work).
 
 What is not real: the engine is a stand-in that sleeps the shape's batch seconds and asks whether the batch should
-stop as often as a real render does (the keeper's cancel check, once a second, per denoising step); nothing is
+stop as often as a real render does (jobs.render.keeper's cancel check, every CANCEL_CHECK_S, per denoising step); nothing is
 encoded or uploaded (the recorded object is a name and a checksum), and the batch is stored after it renders, not
 while the next one renders. Time is compressed by `factor`: the batch, the lease, the sweeper's interval and the
 cancel check all run `factor` times their real length, so one simulated worker loads the control plane as 1/factor
@@ -34,7 +34,7 @@ from jobs.cost.meter import Meter
 from jobs.db.connect import make_engine
 from jobs.render import record
 from jobs.render.batch import serving
-from jobs.render.keeper import LeaseKeeper
+from jobs.render.keeper import CANCEL_CHECK_S, LeaseKeeper
 from jobs.render.record import VideoOutput
 from jobs.reports.results import write_if_done
 from jobs.settings import Settings
@@ -46,9 +46,6 @@ from jobs.work.tickets import model_queue, send_tickets
 # The simulated models: registered (a manifest may name them) but never loaded.
 MODELS = ("sim-a", "sim-b")
 SIM_DEFAULTS = ModelDefaults(width=64, height=64, fps=8, duration_s=1.0, steps=20, guidance=5.0)
-# How often a real render asks whether to stop for a cancel: jobs.render.keeper.LeaseKeeper.should_stop, at most
-# once a second.
-CANCEL_CHECK_S = 1.0
 VIDEO_BYTES = 2_000_000  # what each stand-in video is recorded as weighing (its storage charge)
 KIND_CHARS = 600  # statements are counted by their text, cut here (the claim's and a renewal's differ before this)
 

@@ -17,7 +17,7 @@ from jobs.db import queries
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
-from jobs.render import record
+from jobs.render import keeper, record
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
 from jobs.work import claims, leases
@@ -204,9 +204,11 @@ def test_a_batch_past_its_time_limit_is_abandoned_and_retried(factory, registry,
     assert all("batch time limit of 0 s exceeded" in v.last_error and v.attempts == 2 for v in videos)
 
 
-def test_cancel_stops_a_running_batch_at_a_step_boundary(factory, registry, tmp_path, worker_settings):
-    # 200 steps at 256x256: many seconds of work, past the keeper's once-a-second cancel check (the registry's tiny
-    # renders a 9-frame window, and at 64x64 200 steps could finish on a fast machine before that check).
+def test_cancel_stops_a_running_batch_at_a_step_boundary(factory, registry, tmp_path, worker_settings, monkeypatch):
+    # 200 steps at 256x256: many seconds of work, past the keeper's cancel check (the registry's tiny renders a
+    # 9-frame window, and at 64x64 200 steps could finish on a fast machine before that check). The check runs
+    # every 0.5 s here rather than every 5 s, so a fast machine's batch cannot finish between two checks.
+    monkeypatch.setattr(keeper, "CANCEL_CHECK_S", 0.5)
     submit(factory, registry, tmp_path, 2, more="    steps: 200\n    resolution: 256x256\n")
     engine = Engine(worker_settings.engine_config(), registry)
     engine.pipeline("tiny")
