@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from jobs.cost.prices import Rate, StoragePrice, charge
 from jobs.db.queries import Factory
@@ -71,21 +72,38 @@ def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: 
     """Mark one video succeeded with its output and its cost records: "gpu" for this unit's render share plus its
     storing seconds no render covered (`out.charged_s`; a long video's earlier chunks were charged as they finished),
     storage and egress by its size. False if the lease was lost."""
+    return record_successes(factory, [(unit, out)], rate, storage, session_id)[unit.unit_id]
+
+
+def record_successes(factory: Factory, done: list[tuple[ClaimedUnit, VideoOutput]], rate: Rate,
+                     storage: StoragePrice | None = None, session_id: int | None = None) -> dict[int, bool]:
+    """record_success for several videos in one transaction, each fenced alone (a unit whose lease was lost is
+    skipped, the others recorded): a batch's successes cost one commit, where one each made a batch of small previews
+    wait on a disk flush per video (docs/PERFORMANCE.md, "Storing on several threads"). Rows are locked in unit
+    order, as a claim takes them. Returns, by unit id, whether each was recorded."""
+    if not done:
+        return {}
     with factory.begin() as s:
-        rows = fenced(s, unit)
-        if rows is None:
-            return False
-        row, video = rows
-        move(row, video, Status.SUCCEEDED)
-        video.uri, video.bytes, video.sha256, video.poster_uri = out.uri, out.bytes, out.sha256, out.poster_uri
-        add_render(video, out.render_s, out.stages, after_earlier=row.chunk > 0)
-        video.encode_s, video.upload_s = out.encode_s, out.upload_s
-        video.seam_score, video.needs_review = out.seam_score, out.needs_review
-        video.last_error = row.last_error = None
-        s.add(charge(video.id, "gpu", out.charged_s, rate, session_id))
-        if storage is not None:
-            s.add_all(storage.records(video.id, out.bytes))
-        return True
+        return {unit.unit_id: _succeed(s, unit, out, rate, storage, session_id)
+                for unit, out in sorted(done, key=lambda pair: pair[0].unit_id)}
+
+
+def _succeed(s: Session, unit: ClaimedUnit, out: VideoOutput, rate: Rate, storage: StoragePrice | None,
+             session_id: int | None) -> bool:
+    rows = fenced(s, unit)
+    if rows is None:
+        return False
+    row, video = rows
+    move(row, video, Status.SUCCEEDED)
+    video.uri, video.bytes, video.sha256, video.poster_uri = out.uri, out.bytes, out.sha256, out.poster_uri
+    add_render(video, out.render_s, out.stages, after_earlier=row.chunk > 0)
+    video.encode_s, video.upload_s = out.encode_s, out.upload_s
+    video.seam_score, video.needs_review = out.seam_score, out.needs_review
+    video.last_error = row.last_error = None
+    s.add(charge(video.id, "gpu", out.charged_s, rate, session_id))
+    if storage is not None:
+        s.add_all(storage.records(video.id, out.bytes))
+    return True
 
 
 def record_chunk(factory: Factory, unit: ClaimedUnit, checkpoint: str, render_s: float,

@@ -81,6 +81,7 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
     with meter.uncovered() as span:
         attempts = _attempt_all(factory, engine, claim, todo, rendered, settings, meter.clock)
     own_total = sum(seconds for _, seconds in attempts)
+    stored: list[tuple[ClaimedUnit, VideoOutput]] = []  # recorded together after the loop, in one transaction
     for unit, video, (outcome, seconds) in zip(todo, rendered, attempts):
         spent = render_share + (span.seconds * seconds / own_total if own_total > 0 else 0.0)
         match outcome:
@@ -101,16 +102,16 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
                                                meter.session_id)
                 prometheus.GPU_SECONDS.inc(spent)
             case Stored(out):
-                out = replace(out, render_s=render_share, charged=spent)
-                recorded = record.record_success(factory, unit, out, meter.rate, settings.storage_price(),
-                                                 meter.session_id)
-                ok += recorded
-                if recorded:
-                    count_success(out)
-                    if unit.chunked:
-                        drop_checkpoints(factory, keys.store_for(unit.output), unit)
+                stored.append((unit, replace(out, render_s=render_share, charged=spent)))
             case _:
                 assert_never(outcome)
+    recorded = record.record_successes(factory, stored, meter.rate, settings.storage_price(), meter.session_id)
+    for unit, out in stored:
+        if recorded[unit.unit_id]:
+            ok += 1
+            count_success(out)
+            if unit.chunked:
+                drop_checkpoints(factory, keys.store_for(unit.output), unit)
     if readied and on_ready is not None:
         on_ready(readied)
     return BatchResult(len(claim.units), ok + adopted, retried, failed)

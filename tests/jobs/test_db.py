@@ -200,6 +200,23 @@ def test_success_is_fenced_and_records_one_cost_row(factory, registry, tmp_path)
     assert costs[0].amount_micro_usd == 4000 and costs[0].rate_source == "test rate"
 
 
+def test_a_batch_of_successes_is_one_transaction_that_skips_only_a_lost_lease(factory, registry, tmp_path):
+    spec = load_manifest(write_manifest(tmp_path), registry=registry)  # two videos, a and b
+    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    a, b = claims.claim_batch(factory, owner="w1", max_batch=2, lease_s=60).units
+    out = record.VideoOutput("file:///tmp/out/night/x.mp4", 1000, "cd" * 32, 1.0, 0.0, 0.0)
+    stale_b = claims.ClaimedUnit(**{**b.__dict__, "token": b.token - 1})
+    # Given in the other order than their ids: recorded in unit order, reported by unit id.
+    done = record.record_successes(factory, [(stale_b, out), (a, out)], Rate(3.6, "test rate"))
+    assert done == {a.unit_id: True, b.unit_id: False}
+    with factory() as session:
+        statuses = {v.key: Status(v.status) for v in session.scalars(select(Video))}
+        costs = [(c.video_id, c.amount_micro_usd) for c in session.scalars(select(CostRecord))]
+    assert statuses == {"a": Status.SUCCEEDED, "b": Status.RUNNING}
+    assert costs == [(a.video_id, 1000)]  # 1 s at $3.60 per hour
+    assert record.record_successes(factory, [], Rate(3.6, "test rate")) == {}
+
+
 def test_terminal_success_never_changes():
     class Row:
         id, status = 1, Status.SUCCEEDED

@@ -189,7 +189,7 @@ def test_a_last_chunk_whose_upload_outlived_its_worker_is_adopted_and_its_checkp
     def dies(*args, **kwargs):
         raise ConnectionError("the worker died before recording")
 
-    monkeypatch.setattr(record, "record_success", dies)
+    monkeypatch.setattr(record, "record_successes", dies)
     with pytest.raises(ConnectionError):
         render_next_batch(settings, engine, factory)
     monkeypatch.undo()

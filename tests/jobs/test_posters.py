@@ -112,7 +112,7 @@ def test_an_adopted_upload_gets_the_same_poster_its_first_attempt_made(tmp_path,
     def dies(*args, **kwargs):
         raise ConnectionError("the worker died before recording")
 
-    monkeypatch.setattr(record, "record_success", dies)
+    monkeypatch.setattr(record, "record_successes", dies)
     with pytest.raises(ConnectionError):
         render_next_batch(settings, engine, factory)
     monkeypatch.undo()
