@@ -3,7 +3,7 @@
 A simulated worker is a thread that does what a worker process does between its tickets and the database, with the
 real code: it waits for a Celery ticket on its models' Redis queues (kombu, as the worker's consumer does), claims
 with jobs.work.claims.claim_batch (its Serving: models, affinity, the last shape), holds the claim with the real
-LeaseKeeper (renewals), records each video with the fenced jobs.render.record.mark_uploading and record_success (cost
+LeaseKeeper (renewals), records each video with the fenced jobs.render.record.mark_uploading and record_successes (cost
 records on its session), checks whether the run is done (jobs.reports.results.write_if_done), passes its ticket on
 to a model with work waiting, and runs the real Sweeper (heartbeat and session ledger, lost-session and lease
 reaping, tickets for idle work).
@@ -210,15 +210,16 @@ def _cycle(plan: SimPlan, settings: Settings, engine: StandIn, factory, meter: M
             engine.render(claim.batch.shape, seconds, CANCEL_CHECK_S * f, keeper.should_stop,
                           lambda: leases.cancelled_runs(factory, run_ids))
         share = span.seconds / len(claim.units)
-        recorded = 0
+        stored = []
         for unit in claim.units:
             digest = hashlib.sha256(f"{unit.run_name}/{unit.key}".encode()).hexdigest()
             if not record.mark_uploading(factory, unit, digest):
                 continue
-            out = VideoOutput(f"sim://{unit.run_name}/{unit.key}.mp4", VIDEO_BYTES, digest, share, 0.0, 0.0,
-                              charged=share)
-            recorded += record.record_success(factory, unit, out, meter.rate, settings.storage_price(),
-                                              meter.session_id)
+            stored.append((unit, VideoOutput(f"sim://{unit.run_name}/{unit.key}.mp4", VIDEO_BYTES, digest, share,
+                                             0.0, 0.0, charged=share)))
+        # As jobs.render.store records a batch: its successes in one transaction.
+        recorded = sum(record.record_successes(factory, stored, meter.rate, settings.storage_price(),
+                                               meter.session_id).values())
     for run in sorted({u.run_name for u in claim.units}):
         write_if_done(factory, run)
     with stats.lock:
