@@ -172,9 +172,11 @@ def _report_work(factory, settings: Settings) -> float:
 def _report_sql_work(factory, settings: Settings) -> float:
     t0 = time.perf_counter()
     run = queries.find_run(factory, RUN)
-    costs = ledger.run_ledger(factory, run.id)
     with factory() as s:
-        json.dumps(report_of(run, postgres.figures(s, run), [], settings.price(), costs))
+        charges = postgres.charges(s, run)
+        costs = ledger.run_ledger(factory, run.id, charges)
+        figures = postgres.figures(s, run, sum(micro for _, micro, _ in charges.by_kind))
+        json.dumps(report_of(run, figures, [], settings.price(), costs))
         for _ in postgres.entries(s, run):
             pass
     return time.perf_counter() - t0

@@ -57,10 +57,10 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
                 raise ReelbatchError(f"writing the result files of run {run}: {exc}") from None
     except ReelbatchError as exc:
         fail(exc)
-    costs = ledger.run_ledger(factory, run_row.id)
     if in_sql:
-        _report_in_sql(factory, run_row, settings, costs, json_)
+        _report_in_sql(factory, run_row, settings, json_)
         return
+    costs = ledger.run_ledger(factory, run_row.id)
     # The text report lists the first TEXT_ROWS videos: only those (and any with an error) need an entry.
     data = report_dict(run_row, videos, settings.price(), costs, listed=None if json_ or html_file else TEXT_ROWS)
     if html_file is not None:
@@ -71,11 +71,13 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
         print_report(out, data)
 
 
-def _report_in_sql(factory, run_row, settings: Settings, costs: dict, json_: bool) -> None:
-    # One snapshot for the figures and the entries, so a run that workers are still recording adds up.
+def _report_in_sql(factory, run_row, settings: Settings, json_: bool) -> None:
+    # One snapshot for the charges, the figures and the entries, so a run that workers are still recording adds up.
     with factory() as s:
         s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-        figures = postgres.figures(s, run_row)
+        charges = postgres.charges(s, run_row)
+        figures = postgres.figures(s, run_row, sum(micro for _, micro, _ in charges.by_kind))
+        costs = ledger.run_ledger(factory, run_row.id, charges)
         rows = [] if json_ else [entry(v, micro) for v, micro in postgres.listed_rows(s, run_row, TEXT_ROWS)]
         data = report_of(run_row, figures, rows, settings.price(), costs)
         if json_:

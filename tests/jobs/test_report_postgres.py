@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from jobs.cli import app
 from jobs.db import queries
 from jobs.db.connect import session_factory, upgrade
-from jobs.db.rows import CostRecord, Run, Video
+from jobs.db.rows import CostRecord, Run, Video, WorkerSession
 from jobs.db.status import Status
 from jobs.reports import postgres
 from jobs.reports.summary import entry, report_dict
@@ -36,11 +36,18 @@ def _video(key, status, *, start=None, end=None, **fields):
     return Video(**(base | fields))
 
 
-def _store(url, name, videos, costs, reverse=False, **run_fields):
+def _store(url, name, videos, costs, reverse=False, session=False, **run_fields):
     """A run of `videos` (ids 1, 2, ... in their order) with `costs`: {video key: [micro-dollars, ...]}. `reverse`:
-    written last first, so the table holds them in the opposite order of their ids."""
+    written last first, so the table holds them in the opposite order of their ids. `session`: the charges made by
+    a worker session of 100 s at $36 an hour ($1), part of it idle."""
     factory = session_factory(url)
     with factory.begin() as s:
+        worker = None
+        if session:
+            worker = WorkerSession(owner="h:1", up_s=100.0, rate_usd_per_hour=36.0, rate_source="t",
+                                   ended_at=T0 + timedelta(hours=2), end_reason="stopped")
+            s.add(worker)
+            s.flush()
         run = Run(name=name, model="tiny", output="file:///o/", priority=0, source="m.jsonl", content_sha256="0" * 64,
                   created_at=T0, **run_fields)
         s.add(run)
@@ -53,7 +60,7 @@ def _store(url, name, videos, costs, reverse=False, **run_fields):
             s.flush()
             for micro in costs.get(v.key, []):
                 s.add(CostRecord(video_id=v.id, kind="gpu", seconds=1.0, rate_usd_per_hour=5.41, rate_source="t",
-                                 amount_micro_usd=micro))
+                                 amount_micro_usd=micro, session_id=worker and worker.id))
     return factory
 
 
@@ -78,7 +85,9 @@ def test_the_figures_of_a_run_worked_by_hand(pg):
     factory = _store(pg, "night", rows, {"a": [9_000, 1_000], "b": [20_000], "c": [6_000]})
     run = queries.find_run(factory, "night")
     with factory() as s:
-        f = postgres.figures(s, run)
+        charges = postgres.charges(s, run)
+        f = postgres.figures(s, run, 36_000)
+    assert charges.by_kind == [("gpu", 36_000, 4.0)] and charges.sessions == []
     assert f.counts == {"pending": 1, "running": 0, "succeeded": 2, "failed": 2, "cancelled": 0}
     assert (f.succeeded, f.total_micro, f.video_seconds) == (2, 36_000, 10.0)
     assert (f.first_start, f.last_finish) == (T0 + timedelta(seconds=10), T0 + timedelta(seconds=110))
@@ -120,12 +129,13 @@ def test_awkward_values_read_the_same_both_ways(pg):
     ]
     factory = _store(pg, "odd", rows, {"v1": [1503, 43], "v2": [123_456_789], "v3": [1], HOSTILE: [6000, 7]},
                      max_cost_micro_usd=70_000, budget_reached_at=T0 + timedelta(hours=1),
-                     deadline=T0 + timedelta(days=1), notify_url="https://h.example/x", reverse=True)
+                     deadline=T0 + timedelta(days=1), notify_url="https://h.example/x", reverse=True,
+                     session=True)
     # The rows lie in the table last id first, yet the sums add in id order: 0.1 + 0.2 + 0.3 is 0.6000000000000001
     # that way, 0.6 in the table's order.
     run, videos = queries.load_report(factory, "odd")
     with factory() as s:
-        f = postgres.figures(s, run)
+        f = postgres.figures(s, run, 0)
         listed = [entry(v, micro) for v, micro in postgres.listed_rows(s, run, 2)]
     assert f.video_seconds == 0.6000000000000001 and f.stages_s["text"] == 0.6000000000000001
     assert f.failures == {"RenderError": 3, "unknown": 1, "ObjectConflict": 1}
@@ -136,6 +146,8 @@ def test_awkward_values_read_the_same_both_ways(pg):
     for args in (("odd", "--json"), ("odd",)):
         assert _report(pg, *args, sql=True) == _report(pg, *args, sql=False)
     printed = _report(pg, "odd", "--json", sql=True)
+    # The session's 100 s, 6 of them charged (6 records of 1 s): 94 s idle, $0.94, all this run's (its 3 successes).
+    assert json.loads(printed)["cost"]["idle_s"] == 94.0 and json.loads(printed)["cost"]["idle_usd"] == 0.94
     assert '"upload_s": 1000000000000000.2' in printed and '"render_s": -0.0' in printed
     assert '"guidance": Infinity' in printed and '"seam_score": NaN' in printed
 
