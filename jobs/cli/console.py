@@ -68,8 +68,8 @@ def emit_json(data: object) -> None:
 
 def emit_json_listing(data: dict, items: Iterable[str]) -> None:
     """Print `data` as emit_json does, with its last key's list (empty in `data`) written from `items`: chunks of JSON
-    text, each the JSON of one or more items joined by ", ", as they come (a 100,000-video report's entries are
-    written by PostgreSQL, jobs.reports.postgres)."""
+    text, each the JSON of one or more items joined by ", " (a 100,000-video report's entries, written by PostgreSQL:
+    jobs.reports.postgres)."""
     head = json.dumps(data, ensure_ascii=False)
     last = list(data)[-1]
     if data[last] != [] or not head.endswith(f"{json.dumps(last, ensure_ascii=False)}: []}}"):

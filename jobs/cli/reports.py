@@ -80,10 +80,13 @@ def _report_in_sql(factory, run_row, settings: Settings, json_: bool) -> None:
         costs = ledger.run_ledger(factory, run_row.id, charges)
         rows = [] if json_ else [entry(v, micro) for v, micro in postgres.listed_rows(s, run_row, TEXT_ROWS)]
         data = report_of(run_row, figures, rows, settings.price(), costs)
-        if json_:
-            emit_json_listing(data, postgres.entries(s, run_row))
-        else:
-            print_report(out, data)
+        # Read to the end before printing: a reader that stops reading (`| less`) must not hold the transaction
+        # open past the server's idle-in-transaction timeout (jobs.db.connect), which would end it mid-report.
+        entries = list(postgres.entries(s, run_row)) if json_ else []
+    if json_:
+        emit_json_listing(data, entries)
+    else:
+        print_report(out, data)
 
 
 def _write_html(path: Path, data: dict, run_row, videos, usd_per_worker_s: float | None) -> None:

@@ -1,5 +1,5 @@
 """A run's report made by PostgreSQL (`REELBATCH_REPORT_SQL`, on by default): its figures counted and summed by the
-server, and `--json`'s per-video entries written by the server as JSON text, passed on as they arrive.
+server, and `--json`'s per-video entries written by the server as JSON text, which the client only passes on.
 
 Bringing a 100,000-video run's rows into Python took most of a report's 10 s, and building and encoding 100,000
 entries most of the rest (docs/SCALE.md). Here only the two columns whose percentiles are reported (queue wait and
