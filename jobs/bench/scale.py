@@ -7,8 +7,10 @@ In a scratch database (jobs.bench.scratch), measured with the real code paths:
 2. the claim's latency (jobs.work.claims.claim_batch, batches of 4) with only that run's units pending;
 3. the same with `finished` finished videos, units and cost records added (bulk inserts: an older run, done), and the
    claim probe's query plan;
-4. `reelbatch status` and `reelbatch report RUN --json` once the run itself is done (its rows finished in bulk, with
-   the two cost records a stored video has), each a fresh process as a user runs it.
+4. `reelbatch status`, `reelbatch report RUN` and `reelbatch report RUN --json` once the run itself is done (its rows
+   finished in bulk, with the two cost records a stored video has), each a fresh process as a user runs it, `repeat`
+   times in turn; the reports both ways, made by PostgreSQL (`REELBATCH_REPORT_SQL=1`, the default) and in Python
+   over every row (`=0`), so one run of the bench compares them under the same load.
 
 The bulk rows are made with INSERT ... SELECT generate_series, then ANALYZE (a production database's autovacuum
 keeps statistics; a freshly filled table has none).
@@ -36,8 +38,9 @@ from jobs.db.connect import session_factory
 from jobs.db.queries import claimable_units
 from jobs.db.rows import WorkUnit, utcnow
 from jobs.errors import ReelbatchError
+from jobs.reports import postgres
 from jobs.reports.stats import percentiles
-from jobs.reports.summary import report_dict
+from jobs.reports.summary import report_dict, report_of
 from jobs.settings import Settings
 from jobs.work import claims
 from jobs.work.claims import ORDER, Serving
@@ -60,22 +63,37 @@ class ScaleResult:
     claim_ms_pending_only: dict[str, float]
     claim_ms_with_finished: dict[str, float]
     claim_plan: list[str]
+    # status and the reports: the fastest of `repeat` runs (wall, and CPU apart), every run in `runs`.
     status_s: float
     status_cpu_s: float
-    report_s: float
+    report_s: float  # `report RUN --json`, made by PostgreSQL
     report_cpu_s: float
-    # The commands' own work in this process, without the interpreter's start: status's queries, and the report's
-    # queries, summary and JSON.
+    report_text_s: float  # `report RUN`, made by PostgreSQL
+    report_text_cpu_s: float
+    report_python_s: float  # `report RUN --json` with REELBATCH_REPORT_SQL=0
+    report_python_cpu_s: float
+    report_text_python_s: float
+    report_text_python_cpu_s: float
+    runs: dict[str, list[tuple[float, float]]]  # each command's (wall, CPU) seconds, in the order run
+    # The commands' own work in this process, without the interpreter's start: status's queries, and the JSON
+    # report's queries, summary and JSON text (in Python over every row; by PostgreSQL).
     status_work_s: float
     report_work_s: float
+    report_sql_work_s: float
     bulk_insert_s: float
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+# The commands timed once the run is done, by name: their arguments, and REELBATCH_REPORT_SQL.
+COMMANDS = {"status": (("status",), "1"), "report_text": (("report", RUN), "1"),
+            "report": (("report", RUN, "--json"), "1"), "report_text_python": (("report", RUN), "0"),
+            "report_python": (("report", RUN, "--json"), "0")}
+
+
 def run_scale(settings: Settings, *, videos: int = VIDEOS, finished: int = FINISHED, claim_count: int = CLAIMS,
-              on_step=None) -> ScaleResult:
+              repeat: int = 2, on_step=None) -> ScaleResult:
     require_services(settings, "bench --scale")
     step = on_step or (lambda _: None)
     claim_count = max(1, min(claim_count, videos // 10))  # two rounds of 4-unit claims, some units left for the plan
@@ -99,15 +117,20 @@ def run_scale(settings: Settings, *, videos: int = VIDEOS, finished: int = FINIS
         with_finished = _claim_latency(factory, claim_count)
         plan = _probe_plan(url)
         _finish_run(url)
-        step(f"status and report of {videos:,} videos")
-        status = _timed_cli(env, tmp, "status")
-        report = _timed_cli(env, tmp, "report", RUN, "--json")
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}
+        for i in range(repeat):  # in turn, so that other work on the machine weighs on each alike
+            step(f"status and reports of {videos:,} videos ({i + 1} of {repeat})")
+            for name, (args, in_sql) in COMMANDS.items():
+                runs[name].append(_timed_cli(env | {"REELBATCH_REPORT_SQL": in_sql}, tmp, *args))
+        best = {name: (min(w for w, _ in times), min(c for _, c in times)) for name, times in runs.items()}
         status_work, report_work = _status_work(factory, settings), _report_work(factory, settings)
+        report_sql_work = _report_sql_work(factory, settings)
         factory.kw["bind"].dispose()
         session_factory.cache_clear()
         drop_queues(settings.broker_url, queue)
-    return ScaleResult(videos, finished, *submit, pending_only, with_finished, plan, *status, *report, status_work,
-                       report_work, bulk_s)
+    return ScaleResult(videos, finished, *submit, pending_only, with_finished, plan, *best["status"], *best["report"],
+                       *best["report_text"], *best["report_python"], *best["report_text_python"], runs, status_work,
+                       report_work, report_sql_work, bulk_s)
 
 
 def _env(settings: Settings, url: str, queue: str, tmp: Path) -> dict:
@@ -143,6 +166,19 @@ def _report_work(factory, settings: Settings) -> float:
     t0 = time.perf_counter()
     run, videos = queries.load_report(factory, RUN)
     json.dumps(report_dict(run, videos, settings.price(), ledger.run_ledger(factory, run.id)))
+    return time.perf_counter() - t0
+
+
+def _report_sql_work(factory, settings: Settings) -> float:
+    t0 = time.perf_counter()
+    run = queries.find_run(factory, RUN)
+    with factory() as s:
+        charges = postgres.charges(s, run)
+        costs = ledger.run_ledger(factory, run.id, charges)
+        figures = postgres.figures(s, run, sum(micro for _, micro, _ in charges.by_kind))
+        json.dumps(report_of(run, figures, [], settings.price(), costs))
+        for _ in postgres.entries(s, run):
+            pass
     return time.perf_counter() - t0
 
 

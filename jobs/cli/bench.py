@@ -81,6 +81,9 @@ def bench(
                                               help="With --scale: the submitted run's videos.")] = 100_000,
     finished: Annotated[int, typer.Option("--finished", min=0, max=100_000_000,
                                           help="With --scale: finished videos added to the tables.")] = 1_000_000,
+    scale_repeat: Annotated[int, typer.Option("--scale-repeat", min=1, max=20,
+                                              help="With --scale: times each of status and the reports is run "
+                                                   "(the fastest is shown, every run with --json).")] = 2,
 ) -> None:
     """Render the same videos with the script a user would write from the diffusers docs and with reelbatch's
     worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
@@ -96,7 +99,7 @@ def bench(
         bench_fleet(_counts("--levels", levels, 2000), factor, batch_s, json_)
         return
     if scale:
-        bench_scale(scale_videos, finished, json_)
+        bench_scale(scale_videos, finished, scale_repeat, json_)
         return
     if preset not in PRESETS:
         err.print(f"--preset: {preset!r} is not a preset (choose from {', '.join(PRESETS)})")

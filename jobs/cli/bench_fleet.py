@@ -42,14 +42,14 @@ def bench_fleet(levels: tuple[int, ...], factor: float, batch_s: float, json_: b
               f"{result.supported_gpus():,.0f} GPUs", highlight=False)
 
 
-def bench_scale(videos: int, finished: int, json_: bool) -> None:
+def bench_scale(videos: int, finished: int, repeat: int, json_: bool) -> None:
     with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
         task = bar.add_task("bench --scale")
         try:
             from jobs.bench.scale import run_scale  # here, not at the top: it starts subprocesses of the CLI
 
-            r = run_scale(Settings.from_env(), videos=videos, finished=finished,
+            r = run_scale(Settings.from_env(), videos=videos, finished=finished, repeat=repeat,
                           on_step=lambda what: bar.update(task, description=f"bench --scale: {what}"))
         except ReelbatchError as exc:
             fail(exc)
@@ -60,8 +60,13 @@ def bench_scale(videos: int, finished: int, json_: bool) -> None:
     out.print(f"[bold]bench --scale[/bold]: a {r.videos:,}-video run; {r.finished:,} finished videos added",
               highlight=False)
     out.print(f"submit {r.submit_s:.1f} s ({r.submit_cpu_s:.1f} s CPU), status {r.status_s:.2f} s "
-              f"({r.status_cpu_s:.2f} s CPU; its queries {r.status_work_s:.2f} s), report {r.report_s:.2f} s "
-              f"({r.report_cpu_s:.2f} s CPU; its work {r.report_work_s:.2f} s), each a fresh process", highlight=False)
+              f"({r.status_cpu_s:.2f} s CPU; its queries {r.status_work_s:.2f} s), each a fresh process; "
+              f"the fastest of {repeat}:", highlight=False)
+    out.print(f"report --json {r.report_s:.2f} s ({r.report_cpu_s:.2f} s CPU; its work {r.report_sql_work_s:.2f} s), "
+              f"text {r.report_text_s:.2f} s ({r.report_text_cpu_s:.2f} s CPU) made by PostgreSQL; in Python "
+              f"(REELBATCH_REPORT_SQL=0) --json {r.report_python_s:.2f} s ({r.report_python_cpu_s:.2f} s CPU; its work "
+              f"{r.report_work_s:.2f} s), text {r.report_text_python_s:.2f} s ({r.report_text_python_cpu_s:.2f} s CPU)",
+              highlight=False)
     out.print(f"claim P50/P99 {a['p50']:.1f}/{a['p99']:.1f} ms with the run pending, {b['p50']:.1f}/{b['p99']:.1f} "
               f"ms with {r.finished:,} finished videos in the tables", highlight=False)
     out.print("the claim probe's plan:\n  " + "\n  ".join(r.claim_plan), highlight=False, markup=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable
 
 import typer
 from rich.console import Console
@@ -63,3 +64,17 @@ def emit_json(data: object) -> None:
     took 7 s for 5,000 videos, and json.dumps with an indent runs the module's Python encoder: a 100,000-video report
     spent most of its time there (docs/SCALE.md)."""
     sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+
+
+def emit_json_listing(data: dict, items: Iterable[str]) -> None:
+    """Print `data` as emit_json does, with its last key's list (empty in `data`) written from `items`: chunks of JSON
+    text, each the JSON of one or more items joined by ", " (a 100,000-video report's entries, written by PostgreSQL:
+    jobs.reports.postgres)."""
+    head = json.dumps(data, ensure_ascii=False)
+    last = list(data)[-1]
+    if data[last] != [] or not head.endswith(f"{json.dumps(last, ensure_ascii=False)}: []}}"):
+        raise ValueError(f"emit_json_listing: the last key, {last!r}, must hold an empty list")
+    sys.stdout.write(head[:-2])  # up to and with the list's "["
+    for i, chunk in enumerate(items):
+        sys.stdout.write(", " + chunk if i else chunk)
+    sys.stdout.write("]}\n")

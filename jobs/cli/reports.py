@@ -12,16 +12,17 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from jobs.cli.console import emit_json, err, fail, literal, out
+from jobs.cli.console import emit_json, emit_json_listing, err, fail, literal, out
 from jobs.cost import ledger
 from jobs.cost.capacity import plan
 from jobs.db import queries
-from jobs.db.connect import session_factory
+from jobs.db.connect import is_postgres, session_factory
 from jobs.errors import ReelbatchError, UsageError
 from jobs.render.keys import object_key, poster_key
+from jobs.reports import postgres
 from jobs.reports.html import html_report
 from jobs.reports.results import write_results
-from jobs.reports.summary import report_dict
+from jobs.reports.summary import entry, report_dict, report_of
 from jobs.reports.text import TEXT_ROWS, print_report
 from jobs.settings import Settings
 from storage.poster import poster_jpeg
@@ -41,7 +42,13 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
     try:
         settings = Settings.from_env()
         factory = session_factory(settings.database_url)
-        run_row, videos = queries.load_report(factory, run)
+        # On PostgreSQL the server counts and writes the report (jobs.reports.postgres); the HTML report draws from
+        # every row, so it reads them all, as on SQLite.
+        in_sql = settings.report_sql and html_file is None and is_postgres(settings.database_url)
+        if in_sql:
+            run_row, videos = queries.find_run(factory, run), None
+        else:
+            run_row, videos = queries.load_report(factory, run)
         if results:
             try:
                 for uri in write_results(factory, run):
@@ -50,6 +57,9 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
                 raise ReelbatchError(f"writing the result files of run {run}: {exc}") from None
     except ReelbatchError as exc:
         fail(exc)
+    if in_sql:
+        _report_in_sql(factory, run_row, settings, json_)
+        return
     costs = ledger.run_ledger(factory, run_row.id)
     # The text report lists the first TEXT_ROWS videos: only those (and any with an error) need an entry.
     data = report_dict(run_row, videos, settings.price(), costs, listed=None if json_ or html_file else TEXT_ROWS)
@@ -57,6 +67,24 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
         _write_html(html_file, data, run_row, videos, costs["usd_per_charged_s"])
     if json_:
         emit_json(data)
+    else:
+        print_report(out, data)
+
+
+def _report_in_sql(factory, run_row, settings: Settings, json_: bool) -> None:
+    # One snapshot for the charges, the figures and the entries, so a run that workers are still recording adds up.
+    with factory() as s:
+        s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        charges = postgres.charges(s, run_row)
+        figures = postgres.figures(s, run_row, sum(micro for _, micro, _ in charges.by_kind))
+        costs = ledger.run_ledger(factory, run_row.id, charges)
+        rows = [] if json_ else [entry(v, micro) for v, micro in postgres.listed_rows(s, run_row, TEXT_ROWS)]
+        data = report_of(run_row, figures, rows, settings.price(), costs)
+        # Read to the end before printing: a reader that stops reading (`| less`) must not hold the transaction
+        # open past the server's idle-in-transaction timeout (jobs.db.connect), which would end it mid-report.
+        entries = list(postgres.entries(s, run_row)) if json_ else []
+    if json_:
+        emit_json_listing(data, entries)
     else:
         print_report(out, data)
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from jobs.cost.prices import Rate, charge
 from jobs.db.queries import Factory
@@ -103,19 +104,35 @@ def sessions(factory: Factory, session_ids: Iterable[int] | None = None) -> list
     return out
 
 
-def run_ledger(factory: Factory, run_id: int) -> dict:
+@dataclass(frozen=True)
+class Charges:
+    """A run's cost records summed by kind, and the worker sessions behind them."""
+    by_kind: list[tuple[str, int, float]]  # kind, micro-dollars, worker seconds
+    sessions: list[int]
+
+
+def run_charges(s: Session, run_id: int) -> Charges:
+    kinds = s.execute(select(CostRecord.kind, func.sum(CostRecord.amount_micro_usd), func.sum(CostRecord.seconds))
+                      .join(Video, Video.id == CostRecord.video_id).where(Video.run_id == run_id)
+                      .group_by(CostRecord.kind)).all()
+    ids = list(s.scalars(select(func.distinct(CostRecord.session_id)).join(Video, Video.id == CostRecord.video_id)
+                         .where(Video.run_id == run_id, CostRecord.session_id.is_not(None))))
+    # int/float: PostgreSQL sums a BIGINT column as NUMERIC (a Decimal).
+    return Charges([(kind, int(micro or 0), float(secs or 0.0)) for kind, micro, secs in kinds], ids)
+
+
+def run_ledger(factory: Factory, run_id: int, charges: Charges | None = None) -> dict:
     """A run's charges by kind, and its share of its sessions' idle time: each session's idle money, split over the
-    successful videos of all the runs it served, in proportion to this run's."""
-    with factory() as s:
-        kinds = s.execute(select(CostRecord.kind, func.sum(CostRecord.amount_micro_usd), func.sum(CostRecord.seconds))
-                          .join(Video, Video.id == CostRecord.video_id).where(Video.run_id == run_id)
-                          .group_by(CostRecord.kind)).all()
-        by_kind = {kind: micro for kind, micro, _ in kinds}
-        # Worker time charged to the run, and what it was charged at: the records' own rates, so a report made after
-        # the rate setting changed keeps the run's numbers.
-        timed = [(int(micro or 0), float(secs or 0.0)) for _, micro, secs in kinds if secs]
-        ids = list(s.scalars(select(func.distinct(CostRecord.session_id)).join(Video, Video.id == CostRecord.video_id)
-                             .where(Video.run_id == run_id, CostRecord.session_id.is_not(None))))
+    successful videos of all the runs it served, in proportion to this run's. `charges`: the run's, if already read
+    (jobs.reports.postgres reads them through each video's index)."""
+    if charges is None:
+        with factory() as s:
+            charges = run_charges(s, run_id)
+    by_kind = {kind: micro for kind, micro, _ in charges.by_kind}
+    # Worker time charged to the run, and what it was charged at: the records' own rates, so a report made after
+    # the rate setting changed keeps the run's numbers.
+    timed = [(micro, secs) for _, micro, secs in charges.by_kind if secs]
+    ids = charges.sessions
     micro = seconds = up = charged = 0.0
     for ledger in sessions(factory, ids):
         up, charged = up + ledger.up_s, charged + ledger.charged_s
@@ -128,4 +145,4 @@ def run_ledger(factory: Factory, run_id: int) -> dict:
             # The utilisation of the workers that served the run (over all they did): charged over up seconds.
             "utilisation": charged / up if up > 0 else None,
             "usd_per_charged_s": (sum(m for m, _ in timed) / 1e6 / sum(s for _, s in timed)) if timed else None,
-            "by_kind_usd": {kind: int(m or 0) / 1e6 for kind, m in sorted(by_kind.items())}}
+            "by_kind_usd": {kind: m / 1e6 for kind, m in sorted(by_kind.items())}}

@@ -20,6 +20,10 @@ MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 IDLE_IN_TRANSACTION_MS = 30_000
 
 
+def is_postgres(url: str) -> bool:
+    return make_url(url).get_backend_name() == "postgresql"
+
+
 def make_engine(url: str, pool_size: int | None = None) -> Engine:
     """An engine for `url`. `pool_size` (PostgreSQL): connections kept per process, none beyond it (a process
     that runs many simulated workers, `reelbatch bench --fleet`); default SQLAlchemy's 5, plus 10 on demand."""

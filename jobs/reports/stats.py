@@ -18,6 +18,16 @@ def percentiles(values: Sequence[float]) -> dict[str, float] | None:
     return {q: float(np.percentile(values, int(q[1:]))) for q in ("p50", "p95", "p99")} | {"max": float(max(values))}
 
 
+def ordered_sum(values: Iterable[float]) -> float:
+    """Left to right, one addition at a time, as PostgreSQL's `sum(x ORDER BY id)` adds and as sum() did before Python
+    3.12 (whose sum() compensates rounding): the report's two paths add seconds the same way, so their sums agree to
+    the last bit. An int 0 for no values, as sum() gives."""
+    total = 0
+    for value in values:
+        total += value
+    return total
+
+
 def span_s(starts: Iterable[datetime], ends: Iterable[datetime]) -> float:
     """Seconds from the earliest start to the latest end; 0 when either is empty."""
     starts, ends = [as_utc(t) for t in starts], [as_utc(t) for t in ends]

@@ -69,6 +69,7 @@ class Settings:
     storage_source: str
     price_per_video_s: float
     price_source: str
+    report_sql: bool
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

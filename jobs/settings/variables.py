@@ -164,6 +164,11 @@ VARIABLES: tuple[Variable, ...] = (
       "what a second of generated video sells for, for gross margin in reports and capacity plans"),
     V("REELBATCH_PRICE_SOURCE", "price_source", text, DEFAULT_PRICE_SOURCE, DEFAULT_PRICE_SOURCE,
       "where that price comes from"),
+    # Reports.
+    V("REELBATCH_REPORT_SQL", "report_sql", switch, True, "`1`",
+      "`1`/`0`: on PostgreSQL, `reelbatch report` (text and `--json`) has the server count and sum a run's videos "
+      "and write `--json`'s entries, instead of reading every video into Python (the same output; a 100,000-video "
+      "run's report took 10 s that way, docs/SCALE.md)"),
 )
 
 

@@ -33,8 +33,11 @@ def test_a_fleet_level_renders_every_video_once(services):
 
 
 def test_the_scale_bench_measures_a_submitted_run_and_the_claim_over_finished_rows(services):
-    r = run_scale(services, videos=200, finished=2000, claim_count=10)
+    r = run_scale(services, videos=200, finished=2000, claim_count=10, repeat=1)
     assert r.submit_s > 0 and r.status_s > 0 and r.report_s > 0
+    assert r.report_text_s > 0 and r.report_python_s > 0 and r.report_text_python_s > 0
+    assert {name: len(times) for name, times in r.runs.items()} == {
+        "status": 1, "report_text": 1, "report": 1, "report_text_python": 1, "report_python": 1}
     assert r.claim_ms_pending_only["p50"] > 0 and r.claim_ms_with_finished["p50"] > 0
     # The probe reads the claim index: pending, ready, one model, rank order; the finished rows sort elsewhere.
     plan = "\n".join(r.claim_plan)
