@@ -267,9 +267,10 @@ def _bench_quality(model: str, setting: list[str] | None, count: int, batch: int
 
 def print_distilled(r: DistilledJudgement) -> None:
     g = r.gate
-    out.print(f"[bold]bench --quality[/bold] {g.model} against its teacher {g.teacher}: {g.count} videos each at "
-              f"its defaults, judged after MP4; {r.student_s:.2f} s against the teacher's {r.teacher_s:.2f} s "
-              f"({g.speedup:.1f}x)", highlight=False)
+    out.print(Text.assemble(("bench --quality", "bold"),
+                            f" {g.model} against its teacher {g.teacher}: {g.count} videos each at its defaults, "
+                            f"judged after MP4; {r.student_s:.2f} s against the teacher's {r.teacher_s:.2f} s "
+                            f"({g.speedup:.1f}x)"), highlight=False)
     table = Table("attribute", g.teacher, g.model, "at least", box=None)
     for name in ("colour", "shape", "direction", "background", "all_four"):
         floor = "" if name == "all_four" else f"{100 * (g.exact_adherence[name] - 0.02):.1f}"
@@ -333,7 +334,8 @@ def print_bench(r: BenchResult) -> None:
               f"peak {r.peak_gflops:.1f} GFLOP/s, so at least {r.denoise_floor_s:.2f} s of reelbatch's denoising per "
               f"video", highlight=False)
     if r.engine_gate:
-        out.print(f"[bold]speed only[/bold]: workers refuse reelbatch's side as its files are now ({r.engine_gate})",
+        out.print(Text.assemble(("speed only", "bold"),
+                                f": workers refuse reelbatch's side as its files are now ({r.engine_gate})"),
                   highlight=False)
     if r.same_model:
         out.print(f"min PSNR reelbatch vs baseline {r.min_psnr_db:.1f} dB (100 = identical)", highlight=False)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 
-from rich.progress import Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from jobs.cli.console import err, fail, out
+from jobs.cli.console import err, fail, out, progress_text
 from jobs.errors import ReelbatchError
 from jobs.settings import Settings
 
 
 def bench_fleet(levels: tuple[int, ...], factor: float, batch_s: float, json_: bool) -> None:
-    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+    with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
         task = bar.add_task("bench --fleet")
         try:
@@ -26,9 +27,10 @@ def bench_fleet(levels: tuple[int, ...], factor: float, batch_s: float, json_: b
     if json_:
         out.print_json(json.dumps(result.to_dict()))
         return
-    out.print(f"[bold]bench --fleet[/bold]: {result.batch_s:g} s batches of up to {result.max_batch}, time x"
-              f"{result.factor:g} (1 simulated worker = {1 / result.factor:g} GPUs), up to {result.processes} "
-              f"processes and {result.connections} PostgreSQL connections", highlight=False)
+    out.print(Text.assemble(("bench --fleet", "bold"),
+                            f": {result.batch_s:g} s batches of up to {result.max_batch}, time x{result.factor:g} "
+                            f"(1 simulated worker = {1 / result.factor:g} GPUs), up to {result.processes} processes "
+                            f"and {result.connections} PostgreSQL connections"), highlight=False)
     table = Table("GPUs", "cycles/s", "of offered", "claim P50 ms", "P99 ms", "DB CPU ms/video", "xact/video",
                   "supports GPUs", "dup", "lost", "failed", "wasted", box=None)
     for lv in result.levels:
@@ -43,7 +45,7 @@ def bench_fleet(levels: tuple[int, ...], factor: float, batch_s: float, json_: b
 
 
 def bench_scale(videos: int, finished: int, repeat: int, json_: bool) -> None:
-    with Progress(TextColumn("[bold]{task.description}"), TimeElapsedColumn(), console=err, transient=True,
+    with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
         task = bar.add_task("bench --scale")
         try:
@@ -57,8 +59,8 @@ def bench_scale(videos: int, finished: int, repeat: int, json_: bool) -> None:
         out.print_json(json.dumps(r.to_dict()))
         return
     a, b = r.claim_ms_pending_only, r.claim_ms_with_finished
-    out.print(f"[bold]bench --scale[/bold]: a {r.videos:,}-video run; {r.finished:,} finished videos added",
-              highlight=False)
+    out.print(Text.assemble(("bench --scale", "bold"),
+                            f": a {r.videos:,}-video run; {r.finished:,} finished videos added"), highlight=False)
     out.print(f"submit {r.submit_s:.1f} s ({r.submit_cpu_s:.1f} s CPU), status {r.status_s:.2f} s "
               f"({r.status_cpu_s:.2f} s CPU; its queries {r.status_work_s:.2f} s), each a fresh process; "
               f"the fastest of {repeat}:", highlight=False)
