@@ -78,6 +78,9 @@ class DistillConfig:
     # Stage 4.
     decoder_channels: tuple[int, ...] = field(default=(32, 16, 8))
     decoder_blocks: int = 1
+    # The light decoder's clip-wide causal context (engine.light_decoder.DecoderConfig.context): without it a
+    # one-latent memory decoded 2-4 of 80 red objects blue (docs/TOY_TRAINING.md, issue 17's decoder work).
+    decoder_context: bool = False
     decoder_steps: int = 800
     decoder_batch: int = 8
     decoder_lr: float = 3e-3
@@ -95,6 +98,9 @@ class DistillConfig:
     # Weight of the frame-to-frame term: the decoder's change between consecutive frames against the VAE's, which
     # a per-frame loss leaves free (the shimmer the distilled gate's flicker rule measures). 0: none.
     decoder_temporal_weight: float = 0.0
+    # Weight of a term on each frame's mean colour over the object's pixels (the decoder's against the VAE's), the
+    # one colour per clip that the judge reads. 0: none.
+    decoder_colour_weight: float = 0.0
     checkpoint_every: int = 100
     log_every: int = 25
 

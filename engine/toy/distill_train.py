@@ -164,7 +164,8 @@ def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finis
         decoder = light_decoder.LightDecoder(light_decoder.DecoderConfig(
             latent_channels=vae.z_dim, spatial_factor=vae.scale_factor_spatial,
             temporal_factor=vae.scale_factor_temporal, channels=tuple(config.decoder_channels),
-            blocks=config.decoder_blocks, latents_mean=tuple(vae.latents_mean), latents_std=tuple(vae.latents_std)))
+            blocks=config.decoder_blocks, context=config.decoder_context, latents_mean=tuple(vae.latents_mean),
+            latents_std=tuple(vae.latents_std)))
     params = list(decoder.parameters())
     optimizer = torch.optim.AdamW(params, lr=config.decoder_lr, weight_decay=0.0)
     schedule = _warmup_cosine(optimizer, config.decoder_steps, min(config.warmup, config.decoder_steps // 10))
@@ -209,8 +210,17 @@ def decoder_loss(out: torch.Tensor, want: torch.Tensor, config: DistillConfig) -
     a small share of the frame; and, with `decoder_temporal_weight`, the same on the change from each frame to the
     next, so that what does not move in the VAE's output does not move in the decoder's."""
     background = want.flatten(2).median(dim=2).values[:, :, None, None, None]
-    weight = 1.0 + config.decoder_object_weight * ((want - background).abs().amax(1, keepdim=True) > 0.25)
+    obj = ((want - background).abs().amax(1, keepdim=True) > 0.25).to(out.dtype)  # (B, 1, F, H, W)
+    weight = 1.0 + config.decoder_object_weight * obj
     loss = (weight * (out - want) ** 2).mean() / weight.mean()
+    if config.decoder_colour_weight:
+        # Each frame's mean colour over the object's pixels: the judge reads one colour per clip (the median of
+        # its core), and a per-pixel loss lets a frame's whole object drift a little in hue where a few edge
+        # pixels cost as much.
+        area = obj.sum(dim=(3, 4))
+        drift = ((out - want) * obj).sum(dim=(3, 4)) / area.clamp(min=1.0)  # (B, 3, F)
+        present = (area > 0).to(out.dtype)
+        loss = loss + config.decoder_colour_weight * (present * drift**2).sum() / (3 * present.sum()).clamp(min=1.0)
     if config.decoder_temporal_weight:
         change = weight[:, :, 1:].maximum(weight[:, :, :-1])  # the object's pixels in either frame
         moved = out.diff(dim=2) - want.diff(dim=2)
