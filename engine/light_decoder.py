@@ -47,10 +47,11 @@ class DecoderConfig:
     # A clip-wide causal context at the latent grid: each latent also reads a summary of latent 0 and of every
     # latent up to it (per channel, the max over the grid, so the object's features rather than the background's).
     # Wan's causal VAE codes latent 0 alone, as an image, and each later latent against the frames before it, so a
-    # later latent alone can be ambiguous: in the toy VAE's latents a red and a blue object on black are as far
-    # apart as two reds at latents 2-4 (and 3-6x further at latent 0), and a one-latent memory decoded such reds
-    # blue (docs/TOY_TRAINING.md). The VAE's decoder carries colour forward in its causal caches; this carries it
-    # at the cost of two small per-latent layers, and keeps the decoder causal, any length in one pass.
+    # later latent alone can be ambiguous: in the toy VAE's latents a red and a blue object on black are no further
+    # apart at latents 1-4 than a video is from its colour's mean (0.11-0.46 against 0.25-0.37; 0.84-0.91 at
+    # latent 0), and a one-latent memory decoded such reds blue (docs/TOY_TRAINING.md, toy-fast's phase 3). The
+    # VAE's decoder carries colour forward in its causal caches; this carries it at the cost of two small
+    # per-latent layers, and keeps the decoder causal, any length in one pass.
     context: bool = False
 
     def __post_init__(self):

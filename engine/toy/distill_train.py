@@ -7,6 +7,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine import light_decoder
@@ -210,17 +211,8 @@ def decoder_loss(out: torch.Tensor, want: torch.Tensor, config: DistillConfig) -
     a small share of the frame; and, with `decoder_temporal_weight`, the same on the change from each frame to the
     next, so that what does not move in the VAE's output does not move in the decoder's."""
     background = want.flatten(2).median(dim=2).values[:, :, None, None, None]
-    obj = ((want - background).abs().amax(1, keepdim=True) > 0.25).to(out.dtype)  # (B, 1, F, H, W)
-    weight = 1.0 + config.decoder_object_weight * obj
+    weight = 1.0 + config.decoder_object_weight * ((want - background).abs().amax(1, keepdim=True) > 0.25)
     loss = (weight * (out - want) ** 2).mean() / weight.mean()
-    if config.decoder_colour_weight:
-        # Each frame's mean colour over the object's pixels: the judge reads one colour per clip (the median of
-        # its core), and a per-pixel loss lets a frame's whole object drift a little in hue where a few edge
-        # pixels cost as much.
-        area = obj.sum(dim=(3, 4))
-        drift = ((out - want) * obj).sum(dim=(3, 4)) / area.clamp(min=1.0)  # (B, 3, F)
-        present = (area > 0).to(out.dtype)
-        loss = loss + config.decoder_colour_weight * (present * drift**2).sum() / (3 * present.sum()).clamp(min=1.0)
     if config.decoder_temporal_weight:
         change = weight[:, :, 1:].maximum(weight[:, :, :-1])  # the object's pixels in either frame
         moved = out.diff(dim=2) - want.diff(dim=2)
@@ -231,9 +223,11 @@ def decoder_loss(out: torch.Tensor, want: torch.Tensor, config: DistillConfig) -
 def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
     """What the decoder learns from, as (de-normalised latents, what vae.decode takes; the VAE decoder's frames; how
     many a batch samples): the teacher's final states; the student's own (when `decoder_student_samples`); and world
-    clips of 33 frames (a long video's stitch decodes that many)."""
-    from engine.toy.model import HEIGHT, WIDTH
+    clips of 33 frames (a long video's stitch decodes that many); and (when `decoder_clean_clips`) world clips of
+    the model's length encoded by the VAE, their clean frames as targets."""
+    from engine.toy.model import FRAMES, HEIGHT, WIDTH
     from engine.toy.plumbing import encode_clips as _encode_clips
+    from engine.toy.plumbing import to_model_space
     from engine.toy.world import dataset
 
     vae = pipe.vae.config
@@ -253,6 +247,10 @@ def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> list[tuple[t
             config.decoder_student_target]
         sources.append((student_z, _vae_decode(pipe.vae, target_z), config.decoder_batch))
     sources.append((long_z, _vae_decode(pipe.vae, long_z), max(1, config.decoder_batch // 4)))
+    if config.decoder_clean_clips:
+        clips = list(dataset(config.decoder_clean_clips, config.seed + 2, frames=FRAMES, width=WIDTH, height=HEIGHT))
+        clean_z, _ = _encode_clips(pipe, clips)
+        sources.append((clean_z, to_model_space(np.stack([clip for _, clip in clips])), config.decoder_batch))
     return sources
 
 
