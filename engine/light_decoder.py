@@ -44,6 +44,15 @@ class DecoderConfig:
     # them, so it trains on unit-scale values whatever the VAE's scale.
     latents_mean: tuple[float, ...] | None = None
     latents_std: tuple[float, ...] | None = None
+    # A clip-wide causal context at the latent grid: each latent also reads a summary of latent 0 and of every
+    # latent up to it (per channel, the max over the grid, so the object's features rather than the background's).
+    # Wan's causal VAE codes latent 0 alone, as an image, and each later latent against the frames before it, so a
+    # later latent alone can be ambiguous: in the toy VAE's latents a red and a blue object on black are no further
+    # apart at latents 1-4 than a video is from its colour's mean (0.11-0.46 against 0.25-0.37; 0.84-0.91 at
+    # latent 0), and a one-latent memory decoded such reds blue (docs/TOY_TRAINING.md, toy-fast's phase 3). The
+    # VAE's decoder carries colour forward in its causal caches; this carries it at the cost of two small
+    # per-latent layers, and keeps the decoder causal, any length in one pass.
+    context: bool = False
 
     def __post_init__(self):
         ups = math.log2(self.spatial_factor)
@@ -74,6 +83,9 @@ class LightDecoder(nn.Module):
         self.config = config
         c = config.channels
         self.conv_in = nn.Conv2d(config.latent_channels, c[0], 3, padding=1)
+        if config.context:
+            self.context_in = nn.Conv2d(c[0], c[0], 1)
+            self.context_out = nn.Linear(2 * c[0], c[0])
         self.latent_blocks = nn.ModuleList(_MemBlock(c[0]) for _ in range(config.blocks))
         # The temporal grow: each latent frame's features become temporal_factor frames' features.
         self.grow = nn.Conv2d(c[0], c[0] * config.temporal_factor, 1)
@@ -100,6 +112,8 @@ class LightDecoder(nn.Module):
         x = z.permute(0, 2, 1, 3, 4).flatten(0, 1)  # (B * L, C, h, w)
         skip = F.pixel_shuffle(self.skip(x).unflatten(1, (t, -1)).flatten(0, 1), s)  # (B * L * t, 3, H, W)
         x = F.relu(self.conv_in(x))
+        if self.config.context:
+            x = x + self._context(x, batch, latents)
         for block in self.latent_blocks:
             x = block(x, latents)
         x = self.grow(x).unflatten(1, (t, -1)).flatten(0, 1)  # (B * L * t, C, h, w), frame-major
@@ -110,6 +124,14 @@ class LightDecoder(nn.Module):
                 x = block(x, frames)
         x = (self.conv_out(x) + skip).unflatten(0, (batch, frames))[:, t - 1 :]  # latent 0 is one frame
         return x.permute(0, 2, 1, 3, 4)
+
+    def _context(self, x: torch.Tensor, batch: int, latents: int) -> torch.Tensor:
+        """(B * L, C, h, w) features -> (B * L, C, 1, 1): from latent 0's summary and the running mean of the
+        summaries up to each latent (causal: latent t reads latents 0..t only)."""
+        summary = F.relu(self.context_in(x)).amax(dim=(2, 3)).unflatten(0, (batch, latents))  # (B, L, C)
+        count = torch.arange(1, latents + 1, device=x.device, dtype=x.dtype).view(1, -1, 1)
+        both = torch.cat([summary[:, :1].expand_as(summary), summary.cumsum(dim=1) / count], dim=2)
+        return self.context_out(both).flatten(0, 1)[:, :, None, None]
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """As `AutoencoderKLWan.decode(z, return_dict=False)[0]`: frames clamped to [-1, 1]."""

@@ -17,13 +17,20 @@ def write_card(path: Path, *, config: DistillConfig, progress: Progress, results
         f"| {name} | {r.teacher[name]:.1%} | {r.student[name]:.1%} | "
         f"{'>= ' + format(max(TARGETS[name], r.teacher[name] - 0.02), '.1%') if name in TARGETS else ''} |"
         for name in ("colour", "shape", "direction", "background", "all_four"))
-    stages = "\n".join(f"| {stage} | {seconds / 60:.1f} | {progress.cpu_seconds.get(stage, float('nan')) / 60:.1f} | "
+    stages = "\n".join(f"| {stage} | {seconds / 60:.1f} | {_minutes(progress.cpu_seconds.get(stage, float('nan')))} | "
                        f"{progress.losses.get(stage, float('nan')):.4f} |" for stage, seconds in progress.seconds.items())
     settings = "\n".join(f"- `{k}`: {v}" for k, v in dataclasses.asdict(config).items())
     total = sum(progress.seconds.values()) / 60
-    cpu_total = sum(progress.cpu_seconds.values()) / 60
+    kept = [v for v in progress.cpu_seconds.values() if v == v]  # nan: a stage run before CPU time was kept
+    cpu_total = (f"{sum(kept) / 60:.1f} CPU-minutes over all threads"
+                 + ("" if len(kept) == len(progress.cpu_seconds) else " in the stages that kept them"))
     wall = "" if wall_s is None else f", {wall_s / 60:.1f} minutes of wall time for this invocation"
     s = r.seconds
+    student_latents = "" if not config.decoder_student_samples else (
+        f", and on {config.decoder_student_samples} of the student's own final latents, their target the VAE's decode "
+        f"of {'the teacher' if config.decoder_student_target == 'teacher' else 'the student'}'s latents from the same "
+        f"noise and prompt")
+    context = "; each latent also reads a causal summary of the clip from latent 0 on" if config.decoder_context else ""
     text = f"""# Model card: `toy-fast`
 
 `toy` distilled into a 4-step, guidance-free student: a LoRA adapter on the `toy` transformer
@@ -46,11 +53,12 @@ student's sigmas; the student learns, from the teacher's state at a window's sta
 velocity that lands on the teacher's state at the window's end. {config.samples} free samples and
 {config.continuations} continuations of a clean {config.prefix_latents}-latent prefix (as a long video's next chunk),
 from seeds outside the quality set's. The light decoder learns the VAE decoder's output on the teacher's final
-latents and on 33-frame world clips. docs/TOY_TRAINING.md records the variants tried.
+latents and on 33-frame world clips{student_latents}{context}. docs/TOY_TRAINING.md
+records the variants tried.
 
 ## Training
 
-On {machine}: {total:.1f} minutes of stage time ({cpu_total:.1f} CPU-minutes over all threads){wall}, then
+On {machine}: {total:.1f} minutes of stage time ({cpu_total}){wall}, then
 {evaluation_s / 60:.1f} minutes for the evaluation below.
 
 | stage | minutes | CPU-minutes | last loss |
@@ -93,3 +101,7 @@ Meets the targets: {'yes' if r.meets_targets else 'no'}.
   are (`reelbatch toy distill` records it in the cache folder it ran with).
 """
     path.write_text(text, encoding="utf-8")
+
+
+def _minutes(seconds: float) -> str:
+    return "not kept" if seconds != seconds else f"{seconds / 60:.1f}"

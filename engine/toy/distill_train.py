@@ -7,6 +7,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine import light_decoder
@@ -164,7 +165,8 @@ def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finis
         decoder = light_decoder.LightDecoder(light_decoder.DecoderConfig(
             latent_channels=vae.z_dim, spatial_factor=vae.scale_factor_spatial,
             temporal_factor=vae.scale_factor_temporal, channels=tuple(config.decoder_channels),
-            blocks=config.decoder_blocks, latents_mean=tuple(vae.latents_mean), latents_std=tuple(vae.latents_std)))
+            blocks=config.decoder_blocks, context=config.decoder_context, latents_mean=tuple(vae.latents_mean),
+            latents_std=tuple(vae.latents_std)))
     params = list(decoder.parameters())
     optimizer = torch.optim.AdamW(params, lr=config.decoder_lr, weight_decay=0.0)
     schedule = _warmup_cosine(optimizer, config.decoder_steps, min(config.warmup, config.decoder_steps // 10))
@@ -221,9 +223,11 @@ def decoder_loss(out: torch.Tensor, want: torch.Tensor, config: DistillConfig) -
 def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
     """What the decoder learns from, as (de-normalised latents, what vae.decode takes; the VAE decoder's frames; how
     many a batch samples): the teacher's final states; the student's own (when `decoder_student_samples`); and world
-    clips of 33 frames (a long video's stitch decodes that many)."""
-    from engine.toy.model import HEIGHT, WIDTH
+    clips of 33 frames (a long video's stitch decodes that many); and (when `decoder_clean_clips`) world clips of
+    the model's length encoded by the VAE, their clean frames as targets."""
+    from engine.toy.model import FRAMES, HEIGHT, WIDTH
     from engine.toy.plumbing import encode_clips as _encode_clips
+    from engine.toy.plumbing import to_model_space
     from engine.toy.world import dataset
 
     vae = pipe.vae.config
@@ -243,6 +247,10 @@ def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> list[tuple[t
             config.decoder_student_target]
         sources.append((student_z, _vae_decode(pipe.vae, target_z), config.decoder_batch))
     sources.append((long_z, _vae_decode(pipe.vae, long_z), max(1, config.decoder_batch // 4)))
+    if config.decoder_clean_clips:
+        clips = list(dataset(config.decoder_clean_clips, config.seed + 2, frames=FRAMES, width=WIDTH, height=HEIGHT))
+        clean_z, _ = _encode_clips(pipe, clips)
+        sources.append((clean_z, to_model_space(np.stack([clip for _, clip in clips])), config.decoder_batch))
     return sources
 
 

@@ -115,9 +115,11 @@ def distill(
     except ValueError as exc:
         fail(UsageError(str(exc)))
     wall_s = time.monotonic() - started
+    kept = [v for v in progress.cpu_seconds.values() if v == v]  # nan: a stage run before CPU time was kept
+    some = "" if len(kept) == len(progress.cpu_seconds) else " in the stages that kept them"
     out.print(f"distilled in {sum(progress.seconds.values()) / 60:.1f} min of stage time "
-              f"({sum(progress.cpu_seconds.values()) / 60:.1f} CPU-minutes; {wall_s / 60:.1f} min wall for this "
-              f"invocation); saved to {out_dir}")
+              f"({sum(kept) / 60:.1f} CPU-minutes{some}; {wall_s / 60:.1f} min wall for this invocation); "
+              f"saved to {out_dir}")
     if not evaluate:
         return
     from engine.toy.distill_card import write_card

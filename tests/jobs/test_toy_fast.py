@@ -34,11 +34,12 @@ def test_toy_fast_is_four_transformer_calls_of_the_batch_and_no_unconditional_pa
 
 def test_toy_fast_against_its_teacher_short_and_long(tmp_path):
     """Judged as `toy` is, against its teacher, with its gate recorded; the engine renders toy-fast only after that
-    gate passed. As shipped it fails (docs/TOY_TRAINING.md: colour 95% and 1.30x the teacher's flicker on the card's
-    machine, and shape under 80.5% on CI's), so what is asserted here is what held on every machine measured, with a
-    verdict or more to spare: direction and background keep the teacher's 95% and more, long videos in chunks keep
-    direction in 90% of windows, and the engine refuses toy-fast naming the gate it failed. A toy-fast that passes
-    must meet every target and load."""
+    gate passed. As shipped it passes on the card's machine (docs/TOY_TRAINING.md, "Phase 3": colour 100%, shape
+    82.5%, 1.08x the teacher's flicker), but its shape is 2 verdicts over the 80.5% the gate needs and the teacher's
+    own shape moves 2 verdicts between processes, so another machine may judge it under. Asserted either way, what
+    held on every machine measured with a verdict or more to spare: direction and background keep the teacher's 95%
+    and more, long videos in chunks keep direction in 90% of windows. Failed, the engine refuses toy-fast naming the
+    gate; passed, it meets every target and loads."""
     registry = Registry()
     engine = Engine(EngineConfig(cache_dir=tmp_path), registry)
     cases = [(c.prompt, c.seed) for c in sample_set()]
