@@ -126,7 +126,7 @@ def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[Clai
     denoiser renders faster than one thread stores (docs/PERFORMANCE.md, "Storing on several threads"). Each outcome
     comes with the seconds its attempt took on `clock` (the meter's)."""
     attempt = partial(_timed_attempt, factory, engine, claim, settings=settings, clock=clock)
-    threads = min(settings.store_threads, len(todo))
+    threads = min(store_threads(settings, engine), len(todo))
     if threads <= 1:
         return [attempt(unit, video) for unit, video in zip(todo, rendered)]
     with ThreadPoolExecutor(threads, thread_name_prefix="reelbatch-store") as pool:
@@ -134,6 +134,15 @@ def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[Clai
         futures = [pool.submit(contextvars.copy_context().run, attempt, unit, video)
                    for unit, video in zip(todo, rendered)]
         return [future.result() for future in futures]
+
+
+def store_threads(settings: Settings, engine: Engine) -> int:
+    """REELBATCH_STORE_THREADS, with `auto` (0) as 4 on an accelerator, whose host cores are idle while it renders,
+    and 1 on a CPU, where the next batch renders on the same cores: there, 4 threads' encodes and database writes
+    slowed the render they overlapped as much as they shortened the last batch's storing (docs/PERFORMANCE.md)."""
+    if settings.store_threads:
+        return settings.store_threads
+    return 1 if engine.config.torch_device().type == "cpu" else 4
 
 
 def _timed_attempt(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,

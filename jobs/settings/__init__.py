@@ -44,7 +44,7 @@ class Settings:
     batched_guidance: bool
     fast_vae_norm: bool
     overlap: bool
-    store_threads: int
+    store_threads: int  # 0: auto (jobs.render.store.store_threads)
     compile: bool
     attention: str
     text_cache: bool

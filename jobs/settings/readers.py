@@ -55,6 +55,16 @@ def count(raw: str) -> int:
     return int(raw)
 
 
+def count_or_auto(raw: str) -> int:
+    """`auto` (read as 0: the code using it picks) or a whole number of at least 1."""
+    if raw.strip() == "auto":
+        return 0
+    try:
+        return count(raw)
+    except BadValue:
+        raise BadValue("must be auto or a whole number of at least 1") from None
+
+
 def port(raw: str) -> int:
     if not re.fullmatch(r"[0-9]+", raw.strip()) or not 1 <= int(raw) <= 65535:
         raise BadValue("must be a TCP port, a whole number from 1 to 65535")

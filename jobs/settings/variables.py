@@ -11,6 +11,7 @@ from jobs.errors import UsageError
 from jobs.settings.readers import (
     BadValue,
     count,
+    count_or_auto,
     device,
     fraction,
     fraction_or_zero,
@@ -111,8 +112,10 @@ VARIABLES: tuple[Variable, ...] = (
       "float32 ulp; on a CPU the norm kernel was half of a small model's decode)"),
     V("REELBATCH_OVERLAP", "overlap", switch, True, "`1`",
       "`1`/`0`: a worker encodes, stores and records batch k on a background thread while batch k+1 renders"),
-    V("REELBATCH_STORE_THREADS", "store_threads", count, 4, "4",
-      "videos of a batch encoded and uploaded at once (`1`: one after another); their records are written in order"),
+    V("REELBATCH_STORE_THREADS", "store_threads", count_or_auto, 0, "`auto`",
+      "videos of a batch encoded and uploaded at once (`1`: one after another; their records are then written in one "
+      "transaction); `auto` is 4 on a GPU and 1 on a CPU, where storing on more threads takes the cores the next "
+      "batch renders on"),
     V("REELBATCH_COMPILE", "compile", switch, False, "`0`",
       "`1`/`0`: `torch.compile` of the transformer's repeated blocks, once per input shape per worker, cached under "
       "`REELBATCH_CACHE_DIR/inductor/`; a worker's first ticket compiles the shapes waiting before it claims"),

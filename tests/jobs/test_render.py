@@ -15,7 +15,7 @@ from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
-from jobs.render import keys
+from jobs.render import keys, store
 from jobs.render.batch import Finisher, render_next_batch
 from jobs.settings import Settings
 from jobs.work import claims, leases
@@ -87,7 +87,10 @@ def test_a_finisher_stores_while_the_next_batch_renders(setup):
 
 def test_a_batch_stores_its_videos_on_several_threads_and_charges_their_overlap_once(setup, monkeypatch):
     settings, factory, engine, folder = setup
-    assert settings.store_threads == 4  # the default
+    # `auto` stores one after another on a CPU (the next batch renders on the same cores) and 4 at once on a GPU.
+    assert (settings.store_threads, store.store_threads(settings, engine)) == (0, 1)
+    settings = dataclasses.replace(settings, store_threads=4)
+    assert store.store_threads(settings, engine) == 4
     # Each MP4's upload waits until all three are uploading: stored one after another, the first would wait alone
     # for 20 s, fail, and be retried.
     meeting = threading.Barrier(3, timeout=20)

@@ -45,6 +45,8 @@ from tests.conftest import REPO
     ("REELBATCH_WEBHOOK_SECRET", " 0123456789abcdef", "must not begin or end with white space (receivers would "
                                                      "sign with another key), got a value of 17 characters"),
     ("REELBATCH_WEBHOOK_BACKOFF_S", "0", "must be a positive finite number, got '0'"),
+    ("REELBATCH_STORE_THREADS", "0", "must be auto or a whole number of at least 1, got '0'"),
+    ("REELBATCH_STORE_THREADS", "many", "must be auto or a whole number of at least 1, got 'many'"),
 ])
 def test_a_bad_value_names_the_variable_and_the_value(name, raw, message):
     with pytest.raises(UsageError) as caught:
@@ -62,6 +64,9 @@ def test_values_are_read_as_their_types_and_unset_ones_take_the_defaults(tmp_pat
     assert (settings.metrics_port, settings.egress_gb_usd) == (9400, 0.0)
     assert settings.database_url == f"sqlite:///{tmp_path / 'reelbatch.db'}"
     assert (settings.lease_s, settings.max_attempts, settings.gpu_hour_usd, settings.queue) == (120.0, 3, 5.41, "render")
+    assert Settings.from_env({}).store_threads == 0  # auto
+    assert Settings.from_env({"REELBATCH_STORE_THREADS": "auto"}).store_threads == 0
+    assert Settings.from_env({"REELBATCH_STORE_THREADS": "3"}).store_threads == 3
 
 
 def test_the_webhook_settings_are_read_and_the_secret_is_never_shown(tmp_path):
