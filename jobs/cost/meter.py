@@ -100,10 +100,6 @@ class Meter:
     def _busy_now(self, now: float) -> float:
         return self._busy_total + (now - self._in_flight[1] if self._in_flight is not None else 0.0)
 
-    def rendering(self) -> bool:
-        """Whether the main thread is rendering now (inside `busy`)."""
-        return self._in_flight is not None
-
     @contextmanager
     def busy(self, video_ids: Iterable[int] = ()) -> Iterator[Span]:
         """The main thread renders these videos: its seconds are theirs. Not reentrant (one render at a time)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +79,7 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
     on several threads at once, their overlapping seconds are charged once."""
     ok = retried = failed = readied = 0
     with meter.uncovered() as span:
-        attempts = _attempt_all(factory, engine, claim, todo, rendered, settings, meter)
+        attempts = _attempt_all(factory, engine, claim, todo, rendered, settings, meter.clock)
     own_total = sum(seconds for _, seconds in attempts)
     stored: list[tuple[ClaimedUnit, VideoOutput]] = []  # recorded together after the loop, in one transaction
     for unit, video, (outcome, seconds) in zip(todo, rendered, attempts):
@@ -119,49 +118,31 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
 
 
 def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[ClaimedUnit],
-                 rendered: list[RenderedVideo], settings: Settings, meter: Meter) -> list[tuple[StoreOutcome, float]]:
-    """Every video's attempt, on up to `store_threads` threads at once. Encoding (libx264), hashing and the store's
-    writes (fsync, or an S3 request) release the GIL, so a batch of small previews stores in a fraction of the time
-    one after another took: the tail after a worker's last render, and what bounds its rate once the denoiser
-    renders faster than one thread stores (docs/PERFORMANCE.md, "Storing on several threads"). Each outcome comes
-    with the seconds its attempt took on the meter's clock. This thread always takes videos; where the extra threads
-    yield to the render (a CPU), each stops taking them while the worker renders."""
-    attempt = partial(_timed_attempt, factory, engine, claim, settings=settings, clock=meter.clock)
-    threads, yielding = store_threads(settings, engine)
-    threads = min(threads, len(todo))
+                 rendered: list[RenderedVideo], settings: Settings,
+                 clock: Callable[[], float]) -> list[tuple[StoreOutcome, float]]:
+    """Every video's attempt, on up to `settings.store_threads` threads at once. Encoding (libx264), hashing and the
+    store's writes (fsync, or an S3 request) release the GIL, so a batch of small previews stores in a fraction of
+    the time one after another took: the tail after a worker's last render, and what bounds its rate once the
+    denoiser renders faster than one thread stores (docs/PERFORMANCE.md, "Storing on several threads"). Each outcome
+    comes with the seconds its attempt took on `clock` (the meter's)."""
+    attempt = partial(_timed_attempt, factory, engine, claim, settings=settings, clock=clock)
+    threads = min(store_threads(settings, engine), len(todo))
     if threads <= 1:
         return [attempt(unit, video) for unit, video in zip(todo, rendered)]
-    work = iter(list(enumerate(zip(todo, rendered))))
-    lock = threading.Lock()
-    results: list[tuple[StoreOutcome, float]] = [None] * len(todo)  # type: ignore[list-item] - all filled below
-
-    def take(extra: bool) -> None:
-        while not (extra and yielding and meter.rendering()):
-            with lock:
-                item = next(work, None)
-            if item is None:
-                return
-            index, (unit, video) = item
-            results[index] = attempt(unit, video)
-
-    with ThreadPoolExecutor(threads - 1, thread_name_prefix="reelbatch-store") as pool:
+    with ThreadPoolExecutor(threads, thread_name_prefix="reelbatch-store") as pool:
         # Each on a copy of this thread's context, so its log lines keep the batch's bound fields (jobs.work.logs).
-        extras = [pool.submit(contextvars.copy_context().run, take, True) for _ in range(threads - 1)]
-        take(False)
-        for extra in extras:
-            extra.result()
-    return results
+        futures = [pool.submit(contextvars.copy_context().run, attempt, unit, video)
+                   for unit, video in zip(todo, rendered)]
+        return [future.result() for future in futures]
 
 
-def store_threads(settings: Settings, engine: Engine) -> tuple[int, bool]:
-    """REELBATCH_STORE_THREADS, and whether the extra threads yield to the render. `auto` (0) is 4 threads: on an
-    accelerator, whose host cores are idle while it renders, all 4 work throughout; on a CPU, where the next batch
-    renders on the same cores, the 3 extra ones work only while nothing renders (the last batch's storing, the gaps
-    between batches): with all 4 throughout, their encodes and database writes slowed the render they overlapped
-    (a quiet small toy-fast bench: the second batch's render took 0.79 s against the first's 0.29)."""
+def store_threads(settings: Settings, engine: Engine) -> int:
+    """REELBATCH_STORE_THREADS, with `auto` (0) as 4 on an accelerator, whose host cores are idle while it renders,
+    and 1 on a CPU, where the next batch renders on the same cores: there, 4 threads' encodes and database writes
+    slowed the render they overlapped as much as they shortened the last batch's storing (docs/PERFORMANCE.md)."""
     if settings.store_threads:
-        return settings.store_threads, False
-    return 4, engine.config.torch_device().type == "cpu"
+        return settings.store_threads
+    return 1 if engine.config.torch_device().type == "cpu" else 4
 
 
 def _timed_attempt(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,

@@ -114,8 +114,8 @@ VARIABLES: tuple[Variable, ...] = (
       "`1`/`0`: a worker encodes, stores and records batch k on a background thread while batch k+1 renders"),
     V("REELBATCH_STORE_THREADS", "store_threads", count_or_auto, 0, "`auto`",
       "videos of a batch encoded and uploaded at once (`1`: one after another; their records are then written in one "
-      "transaction); `auto` is 4, and on a CPU the 3 extra threads work only while no batch renders (it would "
-      "render on the same cores)"),
+      "transaction); `auto` is 4 on a GPU and 1 on a CPU, where storing on more threads takes the cores the next "
+      "batch renders on"),
     V("REELBATCH_COMPILE", "compile", switch, False, "`0`",
       "`1`/`0`: `torch.compile` of the transformer's repeated blocks, once per input shape per worker, cached under "
       "`REELBATCH_CACHE_DIR/inductor/`; a worker's first ticket compiles the shapes waiting before it claims"),

@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import select
 
 from engine.engine import Engine
-from jobs.cost.meter import Meter
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
@@ -88,9 +87,10 @@ def test_a_finisher_stores_while_the_next_batch_renders(setup):
 
 def test_a_batch_stores_its_videos_on_several_threads_and_charges_their_overlap_once(setup, monkeypatch):
     settings, factory, engine, folder = setup
-    # `auto` is 4 threads; on a CPU the 3 extra ones yield to a render (here none runs: storing is inline).
-    assert (settings.store_threads, store.store_threads(settings, engine)) == (0, (4, True))
-    assert store.store_threads(dataclasses.replace(settings, store_threads=3), engine) == (3, False)
+    # `auto` stores one after another on a CPU (the next batch renders on the same cores) and 4 at once on a GPU.
+    assert (settings.store_threads, store.store_threads(settings, engine)) == (0, 1)
+    settings = dataclasses.replace(settings, store_threads=4)
+    assert store.store_threads(settings, engine) == 4
     # Each MP4's upload waits until all three are uploading: stored one after another, the first would wait alone
     # for 20 s, fail, and be retried.
     meeting = threading.Barrier(3, timeout=20)
@@ -121,35 +121,6 @@ def test_a_batch_stores_its_videos_on_several_threads_and_charges_their_overlap_
     # seconds are less than the sum of each video's own encode and upload.
     storing = sum(charged[v.id] - v.render_s for v in videos)
     assert 0 < storing < sum(v.encode_s + v.upload_s for v in videos)
-
-
-def test_on_a_cpu_the_extra_store_threads_leave_the_cores_to_a_render_in_flight(setup, monkeypatch):
-    settings, factory, engine, folder = setup  # auto: 4 threads, the 3 extra yielding on this CPU engine
-    uploaders = []
-    real_store_for = keys.store_for
-
-    class Watched:
-        def __init__(self, store):
-            self.store = store
-
-        def __getattr__(self, name):
-            return getattr(self.store, name)
-
-        def put(self, key, data, **kwargs):
-            if key.endswith(".mp4"):
-                uploaders.append(threading.current_thread().name)
-            return self.store.put(key, data, **kwargs)
-
-    class RenderingMeter(Meter):
-        """The worker's meter while its next batch renders on the main thread, for as long as this batch stores."""
-
-        def rendering(self):
-            return True
-
-    monkeypatch.setattr(keys, "store_for", lambda prefix: Watched(real_store_for(prefix)))
-    result = render_next_batch(settings, engine, factory, meter=RenderingMeter(settings.gpu_rate()))
-    assert (result.claimed, result.succeeded) == (3, 3)
-    assert uploaders == ["MainThread"] * 3, "every video stored by the thread that stores the batch"
 
 
 def test_an_existing_different_object_is_never_overwritten(setup):
