@@ -3,17 +3,17 @@
 A simulated worker is a thread that does what a worker process does between its tickets and the database, with the
 real code: it waits for a Celery ticket on its models' Redis queues (kombu, as the worker's consumer does), claims
 with jobs.work.claims.claim_batch (its Serving: models, affinity, the last shape), holds the claim with the real
-LeaseKeeper (renewals), records each video with the fenced jobs.render.record.mark_uploading and record_successes (cost
-records on its session), checks whether the run is done (jobs.reports.results.write_if_done), passes its ticket on
-to a model with work waiting, and runs the real Sweeper (heartbeat and session ledger, lost-session and lease
-reaping, tickets for idle work).
+LeaseKeeper (renewals), records each video with the fenced jobs.render.record.mark_uploading and the batch with
+record_successes (cost records on its session), checks whether the run is done (jobs.reports.results.write_if_done),
+passes its ticket on to a model with work waiting, and runs the real Sweeper (heartbeat and session ledger,
+lost-session and lease reaping, tickets for idle work).
 
 What is not real: the engine is a stand-in that sleeps the shape's batch seconds and asks whether the batch should
-stop as often as a real render does (jobs.render.keeper's cancel check, every CANCEL_CHECK_S, per denoising step); nothing is
-encoded or uploaded (the recorded object is a name and a checksum), and the batch is stored after it renders, not
-while the next one renders. Time is compressed by `factor`: the batch, the lease, the sweeper's interval and the
-cancel check all run `factor` times their real length, so one simulated worker loads the control plane as 1/factor
-GPUs do.
+stop as often as a real render does (jobs.render.keeper's cancel check, every CANCEL_CHECK_S, per denoising step);
+nothing is encoded or uploaded (the recorded object is a name and a checksum), and the batch is stored after it
+renders, not while the next one renders. Time is compressed by `factor`: the batch, the lease, the sweeper's
+interval and the cancel check all run `factor` times their real length, so one simulated worker loads the control
+plane as 1/factor GPUs do.
 """
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ StoreOutcome = Stored | Checkpointed | Retry | Conflict | LeaseLost
 def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit],
               rendered: list[RenderedVideo], render_share: float, adopted: int, engine: Engine,
               on_ready: Callable[[int], None] | None, meter: Meter) -> BatchResult:
-    """Store each rendered video (or checkpoint each chunk), then record each in order. Each is charged its render
+    """Store each rendered video (or checkpoint each chunk), then record the outcomes: failures, retries and chunks one
+    by one, the successes together in one transaction (jobs.render.record.record_successes). Each is charged its render
     share plus the seconds of the batch's storing that no render covered (jobs.cost.meter), split between its videos
     in proportion to how long each one's storing took: one after another, that is each video's own uncovered time;
     on several threads at once, their overlapping seconds are charged once."""
@@ -120,11 +121,11 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
 def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[ClaimedUnit],
                  rendered: list[RenderedVideo], settings: Settings,
                  clock: Callable[[], float]) -> list[tuple[StoreOutcome, float]]:
-    """Every video's attempt, on up to `settings.store_threads` threads at once. Encoding (libx264), hashing and the
-    store's writes (fsync, or an S3 request) release the GIL, so a batch of small previews stores in a fraction of
-    the time one after another took: the tail after a worker's last render, and what bounds its rate once the
-    denoiser renders faster than one thread stores (docs/PERFORMANCE.md, "Storing on several threads"). Each outcome
-    comes with the seconds its attempt took on `clock` (the meter's)."""
+    """Every video's attempt, on up to `store_threads(settings, engine)` threads at once. Encoding (libx264), hashing
+    and the store's writes (fsync, or an S3 request) release the GIL, so a batch of small previews stores in a
+    fraction of the time one after another took: the tail after a worker's last render, and what bounds its rate
+    once the denoiser renders faster than one thread stores (docs/PERFORMANCE.md, "Storing on several threads").
+    Each outcome comes with the seconds its attempt took on `clock` (the meter's)."""
     attempt = partial(_timed_attempt, factory, engine, claim, settings=settings, clock=clock)
     threads = min(store_threads(settings, engine), len(todo))
     if threads <= 1:
