@@ -3,10 +3,10 @@
 A simulated worker is a thread that does what a worker process does between its tickets and the database, with the
 real code: it waits for a Celery ticket on its models' Redis queues (kombu, as the worker's consumer does), claims
 with jobs.work.claims.claim_batch (its Serving: models, affinity, the last shape), holds the claim with the real
-LeaseKeeper (renewals), records each video with the fenced jobs.render.record.mark_uploading and the batch with
-record_successes (cost records on its session), checks whether the run is done (jobs.reports.results.write_if_done),
-passes its ticket on to a model with work waiting, and runs the real Sweeper (heartbeat and session ledger,
-lost-session and lease reaping, tickets for idle work).
+LeaseKeeper (renewals), records its videos' checksums with the fenced jobs.render.record.mark_all_uploading and the
+batch with record_successes (cost records on its session), checks whether the run is done
+(jobs.reports.results.write_if_done), passes its ticket on to a model with work waiting, and runs the real Sweeper
+(heartbeat and session ledger, lost-session and lease reaping, tickets for idle work).
 
 What is not real: the engine is a stand-in that sleeps the shape's batch seconds and asks whether the batch should
 stop as often as a real render does (jobs.render.keeper's cancel check, every CANCEL_CHECK_S, per denoising step);
@@ -210,14 +210,14 @@ def _cycle(plan: SimPlan, settings: Settings, engine: StandIn, factory, meter: M
             engine.render(claim.batch.shape, seconds, CANCEL_CHECK_S * f, keeper.should_stop,
                           lambda: leases.cancelled_runs(factory, run_ids))
         share = span.seconds / len(claim.units)
-        stored = []
-        for unit in claim.units:
-            digest = hashlib.sha256(f"{unit.run_name}/{unit.key}".encode()).hexdigest()
-            if not record.mark_uploading(factory, unit, digest):
-                continue
-            stored.append((unit, VideoOutput(f"sim://{unit.run_name}/{unit.key}.mp4", VIDEO_BYTES, digest, share,
-                                             0.0, 0.0, charged=share)))
-        # As jobs.render.store records a batch: its successes in one transaction.
+        # As jobs.render.store records a batch: the checksums in one transaction before the uploads, the successes
+        # in one after them.
+        digests = {unit.unit_id: hashlib.sha256(f"{unit.run_name}/{unit.key}".encode()).hexdigest()
+                   for unit in claim.units}
+        held = record.mark_all_uploading(factory, [(unit, digests[unit.unit_id]) for unit in claim.units])
+        stored = [(unit, VideoOutput(f"sim://{unit.run_name}/{unit.key}.mp4", VIDEO_BYTES, digests[unit.unit_id],
+                                     share, 0.0, 0.0, charged=share))
+                  for unit in claim.units if unit.unit_id in held]
         recorded = sum(record.record_successes(factory, stored, meter.rate, settings.storage_price(),
                                                meter.session_id).values())
     for run in sorted({u.run_name for u in claim.units}):

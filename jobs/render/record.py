@@ -16,7 +16,7 @@ from jobs.db.queries import Factory
 from jobs.db.rows import Video, WorkUnit, utcnow
 from jobs.db.status import Status, move, transition
 from jobs.work.claims import ClaimedUnit
-from jobs.work.leases import fenced, retry_or_fail
+from jobs.work.leases import fenced, fenced_all, retry_or_fail
 
 # The render's stages, each with its seconds on the video's row (`text_s`, ...): its share of its batches' stages.
 RENDER_STAGES = ("text", "denoise", "decode")
@@ -54,17 +54,25 @@ def add_render(video: Video, render_s: float, stages: dict[str, float], *, after
 
 
 def mark_uploading(factory: Factory, unit: ClaimedUnit, sha256: str) -> bool:
-    """Record, before the upload, the checksum about to be stored at the video's key.
+    """Record, before the upload, the checksum about to be stored at the video's key. False if the lease was lost.
 
     If this worker dies after the upload but before record_success, the next attempt finds an object with exactly
     this checksum at the key and adopts it, instead of rendering again and failing on a conflict with itself.
     """
+    return unit.unit_id in mark_all_uploading(factory, [(unit, sha256)])
+
+
+def mark_all_uploading(factory: Factory, marks: list[tuple[ClaimedUnit, str]]) -> set[int]:
+    """mark_uploading for a batch's videos in one transaction, each fenced alone; the ids of the units whose lease
+    is held (the others are left as they are)."""
+    if not marks:
+        return set()
     with factory.begin() as s:
-        rows = fenced(s, unit)
-        if rows is None:
-            return False
-        rows[1].upload_sha256 = sha256
-        return True
+        held = fenced_all(s, [unit for unit, _ in marks])
+        for unit, sha256 in marks:
+            if unit.unit_id in held:
+                held[unit.unit_id][1].upload_sha256 = sha256
+        return set(held)
 
 
 def record_success(factory: Factory, unit: ClaimedUnit, out: VideoOutput, rate: Rate,
@@ -79,21 +87,20 @@ def record_successes(factory: Factory, done: list[tuple[ClaimedUnit, VideoOutput
                      storage: StoragePrice | None = None, session_id: int | None = None) -> dict[int, bool]:
     """record_success for several videos in one transaction, each fenced alone (a unit whose lease was lost is
     skipped, the others recorded): a batch's successes cost one commit, where one each made a batch of small previews
-    wait on a disk flush per video (docs/PERFORMANCE.md, "Storing on several threads"). Rows are locked in unit
-    order, as a claim takes them. Returns, by unit id, whether each was recorded."""
+    wait on a disk flush per video (docs/PERFORMANCE.md, "Storing on several threads"), and their rows are fenced
+    with two statements (jobs.work.leases.fenced_all). Returns, by unit id, whether each was recorded."""
     if not done:
         return {}
     with factory.begin() as s:
-        return {unit.unit_id: _succeed(s, unit, out, rate, storage, session_id)
-                for unit, out in sorted(done, key=lambda pair: pair[0].unit_id)}
+        held = fenced_all(s, [unit for unit, _ in done])
+        for unit, out in done:
+            if unit.unit_id in held:
+                _succeed(s, *held[unit.unit_id], out, rate, storage, session_id)
+        return {unit.unit_id: unit.unit_id in held for unit, _ in done}
 
 
-def _succeed(s: Session, unit: ClaimedUnit, out: VideoOutput, rate: Rate, storage: StoragePrice | None,
-             session_id: int | None) -> bool:
-    rows = fenced(s, unit)
-    if rows is None:
-        return False
-    row, video = rows
+def _succeed(s: Session, row: WorkUnit, video: Video, out: VideoOutput, rate: Rate, storage: StoragePrice | None,
+             session_id: int | None) -> None:
     move(row, video, Status.SUCCEEDED)
     video.uri, video.bytes, video.sha256, video.poster_uri = out.uri, out.bytes, out.sha256, out.poster_uri
     add_render(video, out.render_s, out.stages, after_earlier=row.chunk > 0)
@@ -103,7 +110,6 @@ def _succeed(s: Session, unit: ClaimedUnit, out: VideoOutput, rate: Rate, storag
     s.add(charge(video.id, "gpu", out.charged_s, rate, session_id))
     if storage is not None:
         s.add_all(storage.records(video.id, out.bytes))
-    return True
 
 
 def record_chunk(factory: Factory, unit: ClaimedUnit, checkpoint: str, render_s: float,

@@ -70,6 +70,17 @@ class LeaseLost:
 StoreOutcome = Stored | Checkpointed | Retry | Conflict | LeaseLost
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """Not an outcome yet: the video's MP4, its checksum (recorded before the upload) and its poster, to upload."""
+
+    video: RenderedVideo
+    data: bytes
+    digest: str
+    poster: bytes
+    encode_s: float
+
+
 def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit],
               rendered: list[RenderedVideo], render_share: float, adopted: int, engine: Engine,
               on_ready: Callable[[int], None] | None, meter: Meter) -> BatchResult:
@@ -121,19 +132,54 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
 def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[ClaimedUnit],
                  rendered: list[RenderedVideo], settings: Settings,
                  clock: Callable[[], float]) -> list[tuple[StoreOutcome, float]]:
-    """Every video's attempt, on up to `store_threads(settings, engine)` threads at once. Encoding (libx264), hashing
-    and the store's writes (fsync, or an S3 request) release the GIL, so a batch of small previews stores in a
-    fraction of the time one after another took: the tail after a worker's last render, and what bounds its rate
-    once the denoiser renders faster than one thread stores (docs/PERFORMANCE.md, "Storing on several threads").
-    Each outcome comes with the seconds its attempt took on `clock` (the meter's)."""
-    attempt = partial(_timed_attempt, factory, engine, claim, settings=settings, clock=clock)
-    threads = min(store_threads(settings, engine), len(todo))
-    if threads <= 1:
-        return [attempt(unit, video) for unit, video in zip(todo, rendered)]
-    with ThreadPoolExecutor(threads, thread_name_prefix="reelbatch-store") as pool:
+    """Every video's attempt, in three steps for the batch: each video encoded (its MP4, checksum and poster) or, a
+    long video's chunk, checkpointed; the checksums about to be stored recorded, all in one transaction; then each
+    MP4 and its poster uploaded. One transaction where one per video made a batch of small previews wait on a commit
+    each (docs/PERFORMANCE.md, "A batch's writes together").
+
+    Encoding and uploading run on up to `store_threads(settings, engine)` threads at once: libx264, hashing and the
+    store's writes (fsync, or an S3 request) release the GIL, so on a GPU's idle host cores a batch stores in a
+    fraction of the time one after another takes. Each outcome comes with the seconds its steps took on `clock` (the
+    meter's), the transaction's shared equally between the videos it marked."""
+    with _Steps(min(store_threads(settings, engine), len(todo))) as steps:
+        prepared = steps.map(partial(_timed, clock, partial(_prepare, factory, engine, claim)), todo, rendered)
+        ready = [(unit, step) for unit, (step, _) in zip(todo, prepared) if isinstance(step, Encoded)]
+        marked, mark_s = _timed(clock, _mark, factory, ready)
+        share = mark_s / len(ready) if ready else 0.0
+        going = [(unit, step) for unit, step in ready if marked[unit.unit_id] is None]
+        uploads = steps.map(partial(_timed, clock, partial(_upload, claim, share, settings.seam_review)),
+                            [unit for unit, _ in going], [step for _, step in going])
+    uploaded = {unit.unit_id: upload for (unit, _), upload in zip(going, uploads)}
+    outcomes: list[tuple[StoreOutcome, float]] = []
+    for unit, (step, seconds) in zip(todo, prepared):
+        if not isinstance(step, Encoded):
+            outcomes.append((step, seconds))
+        elif (refused := marked[unit.unit_id]) is not None:
+            outcomes.append((refused, seconds + share))
+        else:
+            outcome, upload_s = uploaded[unit.unit_id]
+            outcomes.append((outcome, seconds + share + upload_s))
+    return outcomes
+
+
+class _Steps:
+    """One step run for each video of a batch: one after another, or on a pool of `threads`."""
+
+    def __init__(self, threads: int):
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="reelbatch-store") if threads > 1 else None
+
+    def __enter__(self) -> _Steps:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def map(self, step: Callable, *columns: list) -> list:
+        if self.pool is None:
+            return [step(*args) for args in zip(*columns)]
         # Each on a copy of this thread's context, so its log lines keep the batch's bound fields (jobs.work.logs).
-        futures = [pool.submit(contextvars.copy_context().run, attempt, unit, video)
-                   for unit, video in zip(todo, rendered)]
+        futures = [self.pool.submit(contextvars.copy_context().run, step, *args) for args in zip(*columns)]
         return [future.result() for future in futures]
 
 
@@ -146,18 +192,29 @@ def store_threads(settings: Settings, engine: Engine) -> int:
     return 1 if engine.config.torch_device().type == "cpu" else 4
 
 
-def _timed_attempt(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
-                   settings: Settings, clock: Callable[[], float]) -> tuple[StoreOutcome, float]:
+def _timed(clock: Callable[[], float], step: Callable, *args) -> tuple:
+    """The step's result and the seconds it took on `clock`."""
     start = clock()
-    outcome = _attempt(factory, engine, claim, unit, video, settings)
-    return outcome, clock() - start
+    result = step(*args)
+    return result, clock() - start
 
 
-def _attempt(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
-             settings: Settings) -> StoreOutcome:
-    """Encode and store one rendered video, or checkpoint one chunk; whatever goes wrong is an outcome."""
+def _prepare(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit,
+             video: RenderedVideo) -> StoreOutcome | Encoded:
+    """Encode one rendered video, or checkpoint one chunk; whatever goes wrong is an outcome."""
     try:
-        return _store_one(factory, engine, claim, unit, video, settings)
+        store = keys.store_for(unit.output)
+        if video.error is None and unit.chunked and not unit.last_chunk:
+            return Checkpointed(store_chunk(store, unit, video.latents))
+        if video.error is None and unit.chunked:
+            try:
+                video = stitch_long(factory, store, engine, claim.batch.shape, unit, video)
+            except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
+                log.warning("stitching %s failed: %s", unit.key, exc)
+                return Retry(f"{type(exc).__name__}: {exc}")
+        if video.error is not None:
+            return Retry(video.error)
+        return _encode(unit, video)
     except ObjectConflict as exc:
         return Conflict(f"ObjectConflict: {exc}")
     except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
@@ -165,42 +222,45 @@ def _attempt(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, 
         return Retry(f"{type(exc).__name__}: {exc}")
 
 
-def _store_one(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
-               settings: Settings) -> StoreOutcome:
-    store = keys.store_for(unit.output)
-    if video.error is None and unit.chunked and not unit.last_chunk:
-        return Checkpointed(store_chunk(store, unit, video.latents))
-    if video.error is None and unit.chunked:
-        try:
-            video = stitch_long(factory, store, engine, claim.batch.shape, unit, video)
-        except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
-            log.warning("stitching %s failed: %s", unit.key, exc)
-            return Retry(f"{type(exc).__name__}: {exc}")
-    if video.error is not None:
-        return Retry(video.error)
-    out = _store_video(factory, claim, unit, video, settings.seam_review)
-    return LeaseLost() if out is None else Stored(out)
-
-
-def _store_video(factory: Factory, claim: Claim, unit: ClaimedUnit, video: RenderedVideo,
-                 seam_review: float) -> VideoOutput | None:
-    """Encode the frames, record the checksum about to be stored (fenced), upload the MP4 and then its poster; None
-    if the lease was lost."""
-    t0 = time.perf_counter()
+def _encode(unit: ClaimedUnit, video: RenderedVideo) -> Encoded:
+    start = time.perf_counter()
     enc = unit.encoding
     data = encode_mp4(video.frames, unit.fps, crf=enc.crf, codec=enc.codec, preset=enc.preset)
-    digest = hashlib.sha256(data).hexdigest()
     poster = poster_jpeg(data)  # from the MP4's bytes, not the frames: jobs.render.posters says why
-    t1 = time.perf_counter()
-    if not record.mark_uploading(factory, unit, digest):
-        return None
+    return Encoded(video, data, hashlib.sha256(data).hexdigest(), poster, time.perf_counter() - start)
+
+
+def _mark(factory: Factory, ready: list[tuple[ClaimedUnit, Encoded]]) -> dict[int, StoreOutcome | None]:
+    """Record, in one transaction, the checksum each video is about to store (jobs.render.record.mark_all_uploading):
+    by unit id, None where the lease is held (upload it), LeaseLost where it is not; a Retry for each if the
+    transaction fails."""
+    if not ready:
+        return {}
+    try:
+        held = record.mark_all_uploading(factory, [(unit, step.digest) for unit, step in ready])
+    except Exception as exc:  # noqa: BLE001 - the database unreachable for now: each video is retried
+        log.warning("recording the checksums of %d videos before their uploads failed: %s", len(ready), exc)
+        return {unit.unit_id: Retry(f"{type(exc).__name__}: {exc}") for unit, _ in ready}
+    return {unit.unit_id: None if unit.unit_id in held else LeaseLost() for unit, _ in ready}
+
+
+def _upload(claim: Claim, mark_s: float, seam_review: float, unit: ClaimedUnit, step: Encoded) -> StoreOutcome:
+    """Upload the MP4, then its poster (so a stored poster always has its video); `mark_s`, this video's share of
+    recording the checksums, counts in its upload seconds."""
+    start = time.perf_counter()
     model = claim.batch.shape.model
-    stored = keys.store_for(unit.output).put(
-        keys.object_key(unit.run_name, unit.key), data, sha256=digest, content_type="video/mp4",
-        metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": model},
-    )
-    poster_uri = put_poster(unit, poster, model)  # after the MP4, so a stored poster always has its video
-    t2 = time.perf_counter()
-    seams = video.seam_score
-    return VideoOutput(stored.uri, stored.bytes, stored.sha256, 0.0, t1 - t0, t2 - t1, dict(video.stages),
-                       seams, seams is not None and seams > seam_review, poster_uri=poster_uri)
+    try:
+        stored = keys.store_for(unit.output).put(
+            keys.object_key(unit.run_name, unit.key), step.data, sha256=step.digest, content_type="video/mp4",
+            metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": model},
+        )
+        poster_uri = put_poster(unit, step.poster, model)
+    except ObjectConflict as exc:
+        return Conflict(f"ObjectConflict: {exc}")
+    except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
+        log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)
+        return Retry(f"{type(exc).__name__}: {exc}")
+    seams = step.video.seam_score
+    return Stored(VideoOutput(stored.uri, stored.bytes, stored.sha256, 0.0, step.encode_s,
+                              mark_s + time.perf_counter() - start, dict(step.video.stages), seams,
+                              seams is not None and seams > seam_review, poster_uri=poster_uri))

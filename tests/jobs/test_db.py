@@ -217,6 +217,21 @@ def test_a_batch_of_successes_is_one_transaction_that_skips_only_a_lost_lease(fa
     assert record.record_successes(factory, [], Rate(3.6, "test rate")) == {}
 
 
+def test_a_batch_of_checksums_is_one_transaction_that_skips_only_a_lost_lease(factory, registry, tmp_path):
+    spec = load_manifest(write_manifest(tmp_path), registry=registry)  # two videos, a and b
+    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    a, b = claims.claim_batch(factory, owner="w1", max_batch=2, lease_s=60).units
+    stale_a = claims.ClaimedUnit(**{**a.__dict__, "token": a.token - 1})
+    assert record.mark_all_uploading(factory, [(b, "bb" * 32), (stale_a, "aa" * 32)]) == {b.unit_id}
+    with factory() as session:
+        marked = {v.key: v.upload_sha256 for v in session.scalars(select(Video))}
+    assert marked == {"a": None, "b": "bb" * 32}, "the stale token wrote nothing; its neighbour's checksum stands"
+    assert record.mark_uploading(factory, a, "ab" * 32) is True
+    with factory() as session:
+        assert session.get(Video, a.video_id).upload_sha256 == "ab" * 32
+    assert record.mark_all_uploading(factory, []) == set()
+
+
 def test_terminal_success_never_changes():
     class Row:
         id, status = 1, Status.SUCCEEDED

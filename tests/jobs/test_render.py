@@ -258,3 +258,30 @@ def test_a_video_whose_lease_was_lost_before_its_upload_is_left_to_its_new_holde
         kinds = list(s.scalars(select(CostRecord.kind).where(CostRecord.video_id == v1.id)))
     assert Status(v1.status) is Status.RUNNING and unit.lease_owner == "other-worker" and v1.upload_sha256 is None
     assert v1.attempts == 2 and kinds == [], "the lost attempt is the reaper's to count, and nobody's to charge"
+
+
+def test_a_batch_whose_checksums_cannot_be_recorded_uploads_nothing_and_retries_each_video(setup, monkeypatch):
+    """A batch's checksums are recorded in one transaction before any upload (jobs.render.record.mark_all_uploading).
+    When that transaction fails (the database gone for the moment), nothing is uploaded, each video is retried and
+    charged its attempt, and the next attempt stores all three."""
+    from jobs.render import record
+
+    settings, factory, engine, folder = setup
+    settings = dataclasses.replace(settings, retry_backoff_s=0.01)
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("the database went away")
+
+    monkeypatch.setattr(record, "mark_all_uploading", unreachable)
+    first = render_next_batch(settings, engine, factory)
+    assert (first.claimed, first.succeeded, first.retried, first.failed) == (3, 0, 3, 0)
+    assert not folder.exists() or list(folder.iterdir()) == [], "no MP4 or poster without its recorded checksum"
+    with factory() as s:
+        errors = [v.last_error for v in s.scalars(select(Video).order_by(Video.id))]
+        kinds = sorted(s.scalars(select(CostRecord.kind)))
+    assert errors == ["ConnectionError: the database went away"] * 3 and kinds == ["retry"] * 3
+    monkeypatch.undo()
+    time.sleep(0.05)
+    assert render_next_batch(settings, engine, factory).succeeded == 3
+    stored = sorted(p.name for p in folder.iterdir() if p.suffix in (".mp4", ".jpg"))
+    assert stored == ["v0.jpg", "v0.mp4", "v1.jpg", "v1.mp4", "v2.jpg", "v2.mp4"]
