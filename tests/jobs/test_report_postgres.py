@@ -64,8 +64,9 @@ def _store(url, name, videos, costs, reverse=False, session=False, **run_fields)
     return factory
 
 
-def _report(url, *args, sql: bool):
-    env = {"REELBATCH_DATABASE_URL": url, "REELBATCH_REPORT_SQL": "1" if sql else "0", "COLUMNS": "200"}
+def _report(url, *args, sql: bool, parallel: bool = True):
+    env = {"REELBATCH_DATABASE_URL": url, "REELBATCH_REPORT_SQL": "1" if sql else "0",
+           "REELBATCH_REPORT_PARALLEL": "1" if parallel else "0", "COLUMNS": "200"}
     result = CliRunner().invoke(app, ["report", *args], env=env)
     assert result.exit_code == 0, result.output
     return result.stdout
@@ -145,6 +146,8 @@ def test_awkward_values_read_the_same_both_ways(pg):
 
     for args in (("odd", "--json"), ("odd",)):
         assert _report(pg, *args, sql=True) == _report(pg, *args, sql=False)
+    # The entries read on a second connection in the same snapshot (REELBATCH_REPORT_PARALLEL) or on the first.
+    assert _report(pg, "odd", "--json", sql=True, parallel=False) == _report(pg, "odd", "--json", sql=True)
     printed = _report(pg, "odd", "--json", sql=True)
     # The session's 100 s, 6 of them charged (6 records of 1 s): 94 s idle, $0.94, all this run's (its 3 successes).
     assert json.loads(printed)["cost"]["idle_s"] == 94.0 and json.loads(printed)["cost"]["idle_usd"] == 0.94
