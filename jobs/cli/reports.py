@@ -80,6 +80,9 @@ def _report_in_sql(factory, run_row, settings: Settings, json_: bool) -> None:
         if json_ and settings.report_parallel:  # the entries on a second connection meanwhile (jobs.reports.postgres)
             with postgres.entries_beside(factory, s, run_row) as later:
                 data = _figures_in_sql(factory, s, run_row, settings, json_)
+                # Done: end this transaction rather than leave it idle (and to the server's idle timeout) while the
+                # entries come; the second connection took its snapshot already and keeps it.
+                s.rollback()
                 entries = later.result()
         else:
             data = _figures_in_sql(factory, s, run_row, settings, json_)
