@@ -11,9 +11,6 @@ from __future__ import annotations
 import io
 from itertools import islice
 
-import av
-from PIL import Image
-
 # Pillow's JPEG quality (0-95 useful): 90 keeps a preview free of visible blocking at a few KB for small clips.
 QUALITY = 90
 CONTENT_TYPE = "image/jpeg"
@@ -27,6 +24,11 @@ def middle_frame(count: int) -> int:
 
 def poster_jpeg(mp4: bytes) -> bytes:
     """The JPEG of the MP4's middle frame. Raises ValueError if the MP4 has no decodable frame."""
+    # PyAV and Pillow here, not at the top: every command imports this module (for SUFFIX, through jobs.render.keys
+    # and the manifest loader), and PyAV took 0.08 s of each command's start-up (docs/PERFORMANCE.md).
+    import av
+    from PIL import Image
+
     with av.open(io.BytesIO(mp4), mode="r", format="mp4") as container:
         stream = container.streams.video[0]
         # One decoding thread: FFmpeg's default frame threads start up and hand frames along for every poster, which

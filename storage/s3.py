@@ -10,10 +10,8 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 from urllib.parse import quote
-
-from botocore import exceptions as boto_errors
-from botocore.config import Config
 
 from storage.base import (
     IntegrityError,
@@ -33,10 +31,17 @@ from storage.base import (
     utf8_len,
 )
 
+if TYPE_CHECKING:
+    from botocore import exceptions as boto_errors
+
+# botocore (its Config, its exceptions) and boto3 are imported where a client is made or its errors are caught, not
+# at the top: every command imports this module (through the manifest loader and the stores), and botocore alone took
+# 0.18 s of each command's start-up, `status` and `report` included, which never touch S3 (docs/PERFORMANCE.md).
+
 # boto3 1.36 started sending CRC checksums on every request and validating them on every response by default;
 # several S3-compatible servers reject or mangle those, so only send checksums where an API requires them.
 # We pass our own SHA-256 on put and verify the stored bytes ourselves.
-_CONFIG = Config(
+_CONFIG = dict(
     request_checksum_calculation="when_required",
     response_checksum_validation="when_required",
     # botocore waits 60 s for each by default and tries 4 times: a store that accepts connections but never answers
@@ -62,8 +67,9 @@ def client(endpoint_url: str | None = None):
     credentials come from boto3's configuration. A session of its own: boto3's default session is shared and not
     thread-safe, a client is."""
     import boto3  # here, not at the top: 0.3 s that commands which never touch S3 should not pay
+    from botocore.config import Config  # likewise (above)
 
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=_CONFIG)
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=Config(**_CONFIG))
 
 
 # Error codes that mean "try again later" even when the status is not 5xx (S3 error responses reference).
@@ -88,6 +94,8 @@ class S3Store(Store):
     def put(
         self, key: str, data: bytes, *, sha256: str, content_type: str = "video/mp4", metadata: dict[str, str]
     ) -> StoredObject:
+        from botocore import exceptions as boto_errors  # loaded with the client (not at the top: above)
+
         sha256 = check_sha256(sha256)
         uri = self.uri_for(key)
         full_key = self._full_key(key)
@@ -134,6 +142,8 @@ class S3Store(Store):
         return too_long(self.prefix, key)
 
     def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
+        from botocore import exceptions as boto_errors  # loaded with the client (not at the top: above)
+
         uri = self.uri_for(key)
         with self._errors(uri):
             try:
@@ -183,6 +193,8 @@ class S3Store(Store):
         return self.prefix + key
 
     def _head(self, full_key: str) -> dict | None:
+        from botocore import exceptions as boto_errors  # loaded with the client (not at the top: above)
+
         try:
             return self._client.head_object(Bucket=self.bucket, Key=full_key)
         except boto_errors.ClientError as exc:
@@ -208,6 +220,8 @@ class S3Store(Store):
     @contextmanager
     def _errors(self, uri: str) -> Iterator[None]:
         """Translate botocore's exceptions into the store error tree, so the worker can read `retryable`."""
+        from botocore import exceptions as boto_errors  # loaded with the client (not at the top: above)
+
         endpoint = self._client.meta.endpoint_url
         try:
             yield

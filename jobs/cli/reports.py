@@ -73,20 +73,33 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
 
 def _report_in_sql(factory, run_row, settings: Settings, json_: bool) -> None:
     # One snapshot for the charges, the figures and the entries, so a run that workers are still recording adds up.
+    # The entries are read to the end before printing: a reader that stops reading (`| less`) must not hold the
+    # transaction open past the server's idle-in-transaction timeout (jobs.db.connect), which would end it mid-report.
     with factory() as s:
         s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-        charges = postgres.charges(s, run_row)
-        figures = postgres.figures(s, run_row, sum(micro for _, micro, _ in charges.by_kind))
-        costs = ledger.run_ledger(factory, run_row.id, charges)
-        rows = [] if json_ else [entry(v, micro) for v, micro in postgres.listed_rows(s, run_row, TEXT_ROWS)]
-        data = report_of(run_row, figures, rows, settings.price(), costs)
-        # Read to the end before printing: a reader that stops reading (`| less`) must not hold the transaction
-        # open past the server's idle-in-transaction timeout (jobs.db.connect), which would end it mid-report.
-        entries = list(postgres.entries(s, run_row)) if json_ else []
+        if json_ and settings.report_parallel:  # the entries on a second connection meanwhile (jobs.reports.postgres)
+            with postgres.entries_beside(factory, s, run_row) as later:
+                data = _figures_in_sql(factory, s, run_row, settings, json_)
+                # Done: end this transaction rather than leave it idle (and to the server's idle timeout) while the
+                # entries come; the second connection took its snapshot already and keeps it.
+                s.rollback()
+                entries = later.result()
+        else:
+            data = _figures_in_sql(factory, s, run_row, settings, json_)
+            entries = list(postgres.entries(s, run_row)) if json_ else []
     if json_:
         emit_json_listing(data, entries)
     else:
         print_report(out, data)
+
+
+def _figures_in_sql(factory, s, run_row, settings: Settings, json_: bool) -> dict:
+    """The report but `--json`'s entries, counted by PostgreSQL in `s`'s transaction."""
+    charges = postgres.charges(s, run_row)
+    figures = postgres.figures(s, run_row, sum(micro for _, micro, _ in charges.by_kind))
+    costs = ledger.run_ledger(factory, run_row.id, charges)
+    rows = [] if json_ else [entry(v, micro) for v, micro in postgres.listed_rows(s, run_row, TEXT_ROWS)]
+    return report_of(run_row, figures, rows, settings.price(), costs)
 
 
 def _write_html(path: Path, data: dict, run_row, videos, usd_per_worker_s: float | None) -> None:

@@ -7,10 +7,12 @@ can fail with SQLITE_BUSY despite the timeout). PostgreSQL: plain pooled connect
 
 from __future__ import annotations
 
+import ast
+import re
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -103,6 +105,49 @@ def current_and_head(engine: Engine) -> tuple[str | None, str]:
     return current, head
 
 
+# A migration's `revision = '0009'` and `down_revision = '0008'` lines (a tuple where branches merge).
+_REVISION_LINE = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
+
+
+@lru_cache(maxsize=4)
+def script_head(folder: Path = MIGRATIONS / "versions") -> str | None:
+    """The head revision of the migrations in `folder`, read from each file's `revision` and `down_revision` lines;
+    None where that is not plain (a line it cannot read, not exactly one head): then alembic decides.
+
+    Only for the check every command makes (`session_factory`): alembic's ScriptDirectory imports alembic and runs
+    every migration file to find the head, 0.15-0.19 s of CPU at each command's start (docs/PERFORMANCE.md);
+    tests/jobs/test_cli_startup.py checks that both find the same head."""
+    revisions: set[str] = set()
+    below: set[str] = set()
+    for path in sorted(folder.glob("*.py")):
+        found = dict(m.groups() for m in _REVISION_LINE.finditer(path.read_text(encoding="utf-8")))
+        if path.name == "__init__.py" and not found:
+            continue
+        try:
+            revision, down = ast.literal_eval(found["revision"]), ast.literal_eval(found["down_revision"])
+        except (KeyError, ValueError, SyntaxError):
+            return None
+        if not isinstance(revision, str):
+            return None
+        revisions.add(revision)
+        below.update([] if down is None else [down] if isinstance(down, str) else list(down))
+    heads = revisions - below
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _schema_is_current(engine: Engine) -> bool:
+    """True when the database's one alembic revision is the scripts' one head, read without alembic; False when
+    that cannot be said so simply (the caller asks alembic)."""
+    head = script_head()
+    if head is None:
+        return False
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return False
+        versions = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    return versions == [head]
+
+
 @lru_cache(maxsize=8)
 def session_factory(url: str) -> sessionmaker[Session]:
     """Sessions for `url`, with the schema checked once per process.
@@ -111,6 +156,8 @@ def session_factory(url: str) -> sessionmaker[Session]:
     with `reelbatch db upgrade`, so a worker never changes a shared schema behind the operator's back.
     """
     engine = make_engine(url)
+    if _schema_is_current(engine):  # the usual case, without importing alembic
+        return sessionmaker(engine, expire_on_commit=False)
     current, head = current_and_head(engine)
     if current != head:
         if engine.url.get_backend_name() == "sqlite":

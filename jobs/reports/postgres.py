@@ -18,10 +18,13 @@ tests/jobs/test_report_postgres.py compares both paths' output byte for byte.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 
 from sqlalchemy import func, or_, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.cost.ledger import Charges
 from jobs.db.rows import CostRecord, Run, Video
@@ -35,9 +38,13 @@ CHUNK = 2000
 def _float(column: str) -> str:
     """A double as Python's repr writes it: PostgreSQL (extra_float_digits 1, its default since 12) writes the same
     shortest digits, but an integral value without ".0" (5 for 5.0), and from 1e15 up in exponent form where Python
-    keeps the digits up to 1e16 (1.0000000000000002e+15 for 1000000000000000.2). NaN and Infinity are written alike."""
+    keeps the digits up to 1e16 (1.0000000000000002e+15 for 1000000000000000.2). NaN and Infinity are written alike.
+    Under 1e15, the common case, comes first: a non-integral value there is PostgreSQL's own text, and the regexp,
+    which only rewrites a "e+15", runs only from 1e15 up (running it on every non-integral value was half the CPU
+    of writing the doubles: docs/PERFORMANCE.md)."""
     return (f"CASE WHEN {column} IS NULL THEN 'null' "
-            f"WHEN abs({column}) < 1e15 AND {column} = trunc({column}) THEN {column}::text || '.0' "
+            f"WHEN abs({column}) < 1e15 THEN CASE WHEN {column} = trunc({column}) THEN {column}::text || '.0' "
+            f"ELSE {column}::text END "
             f"WHEN abs({column}) < 1e16 THEN CASE WHEN {column} = trunc({column}) THEN {column}::bigint::text || '.0' "
             rf"ELSE regexp_replace({column}::text, '^(-?\d)\.(\d{{15}})(\d+)e\+15$', '\1\2.\3') END "
             f"ELSE {column}::text END")
@@ -68,11 +75,15 @@ ENTRY = (
     ("cancel_reason", _text("v.cancel_reason")), ("image", _text("v.image_uri")),
     ("image_sha256", _text("v.image_sha256")), ("fit", _text("v.image_fit")), ("cost_usd", _float("c.cost_usd")),
 )
-_ENTRIES = ("SELECT '{' || " + " || ', ' || ".join(f"'\"{key}\": ' || {value}" for key, value in ENTRY)
+# One format() per entry, its template the entry's keys and separators (%% is psycopg's escape of format's %): the
+# text is built once, where a chain of 56 `||` copied the growing entry at each step (0.1-0.3 s of the server's CPU
+# for 100,000 entries; docs/PERFORMANCE.md).
+_TEMPLATE = "{" + ", ".join(f'"{key}": %%s' for key, _ in ENTRY) + "}"
+_ENTRIES = (f"SELECT format('{_TEMPLATE}', " + ", ".join(value for _, value in ENTRY) + ")"
             # The run's rows sorted by id before the entries are made (sorting the made entries spilled 59 MB to
             # disk for 100,000 videos, the rows 23 MB; the time was the same within noise); the outer ORDER BY is
             # then met by the subquery's order, with no second sort.
-            + " || '}' FROM (SELECT * FROM videos WHERE run_id = %(run)s ORDER BY id) v CROSS JOIN LATERAL ("
+            + " FROM (SELECT * FROM videos WHERE run_id = %(run)s ORDER BY id) v CROSS JOIN LATERAL ("
             # Each video's cost summed from its own records through their index, once per video (in the select
             # list, every mention of it in _float would sum it again).
             "SELECT coalesce(sum(amount_micro_usd), 0)::float8 / 1e6::float8 AS cost_usd FROM cost_records "
@@ -82,14 +93,18 @@ _ENTRIES = ("SELECT '{' || " + " || ', ' || ".join(f"'\"{key}\": ' || {value}" f
 def charges(s: Session, run: Run) -> Charges:
     """The run's cost records by kind, and their sessions (jobs.cost.ledger.run_charges), read through each video's
     index: the plain join read the whole cost table (a hash join over 2,200,000 records for a run's 200,000; the
-    OFFSET keeps PostgreSQL from turning the per-video lookup back into that join)."""
+    OFFSET keeps PostgreSQL from turning the per-video lookup back into that join). Summed by (kind, session) in a
+    hash, then by kind here: `array_agg(DISTINCT ...)` made the server sort all 200,000 records by kind first."""
     rows = s.execute(text(
-        "SELECT c.kind, sum(c.amount_micro_usd), sum(c.seconds), "
-        "array_agg(DISTINCT c.session_id) FILTER (WHERE c.session_id IS NOT NULL) "
+        "SELECT c.kind, c.session_id, sum(c.amount_micro_usd), sum(c.seconds) "
         "FROM videos v CROSS JOIN LATERAL (SELECT kind, amount_micro_usd, seconds, session_id FROM cost_records "
-        "WHERE video_id = v.id OFFSET 0) c WHERE v.run_id = :run GROUP BY c.kind"), {"run": run.id}).all()
-    return Charges([(kind, int(micro), float(secs)) for kind, micro, secs, _ in rows],
-                   sorted({i for *_, ids in rows for i in ids or ()}))
+        "WHERE video_id = v.id OFFSET 0) c WHERE v.run_id = :run GROUP BY c.kind, c.session_id"), {"run": run.id}).all()
+    kinds: dict[str, tuple[int, float]] = {}
+    for kind, _, micro, secs in rows:
+        total_micro, total_s = kinds.get(kind, (0, 0.0))
+        kinds[kind] = (total_micro + int(micro or 0), total_s + float(secs or 0.0))
+    return Charges([(kind, *kinds[kind]) for kind in sorted(kinds)],
+                   sorted({session for _, session, *_ in rows if session is not None}))
 
 
 def figures(s: Session, run: Run, total_micro: int) -> Figures:
@@ -148,3 +163,18 @@ def entries(s: Session, run: Run) -> Iterator[str]:
         cursor.execute(_ENTRIES, {"run": run.id})
         while rows := cursor.fetchmany(CHUNK):
             yield ", ".join(row[0] for row in rows)
+
+
+@contextmanager
+def entries_beside(factory: sessionmaker[Session], s: Session, run: Run) -> Iterator[Future[list[str]]]:
+    """`entries` of `run`, read to the end by a thread on a second connection in `s`'s snapshot (`s` must be in a
+    REPEATABLE READ transaction), while `s` goes on counting the charges and figures: the server works on both at
+    once (`REELBATCH_REPORT_PARALLEL`; for 100,000 videos the entries take 0.7-0.9 s of wall and the rest 0.5 s,
+    docs/PERFORMANCE.md). Yields the future of the chunks; one snapshot, so the figures and the entries agree."""
+    snapshot = s.execute(text("SELECT pg_export_snapshot()")).scalar_one()
+    if not re.fullmatch(r"[0-9A-Fa-f-]+", snapshot):  # written into the statement: SET TRANSACTION takes no parameter
+        raise ValueError(f"unexpected snapshot id {snapshot!r}")
+    with factory() as other, ThreadPoolExecutor(1, thread_name_prefix="report-entries") as pool:
+        other.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        other.execute(text(f"SET TRANSACTION SNAPSHOT '{snapshot}'"))  # before any other statement of its transaction
+        yield pool.submit(lambda: list(entries(other, run)))

@@ -70,6 +70,7 @@ class Settings:
     price_per_video_s: float
     price_source: str
     report_sql: bool
+    report_parallel: bool
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -64,8 +64,9 @@ def _store(url, name, videos, costs, reverse=False, session=False, **run_fields)
     return factory
 
 
-def _report(url, *args, sql: bool):
-    env = {"REELBATCH_DATABASE_URL": url, "REELBATCH_REPORT_SQL": "1" if sql else "0", "COLUMNS": "200"}
+def _report(url, *args, sql: bool, parallel: bool = True):
+    env = {"REELBATCH_DATABASE_URL": url, "REELBATCH_REPORT_SQL": "1" if sql else "0",
+           "REELBATCH_REPORT_PARALLEL": "1" if parallel else "0", "COLUMNS": "200"}
     result = CliRunner().invoke(app, ["report", *args], env=env)
     assert result.exit_code == 0, result.output
     return result.stdout
@@ -145,6 +146,8 @@ def test_awkward_values_read_the_same_both_ways(pg):
 
     for args in (("odd", "--json"), ("odd",)):
         assert _report(pg, *args, sql=True) == _report(pg, *args, sql=False)
+    # The entries read on a second connection in the same snapshot (REELBATCH_REPORT_PARALLEL) or on the first.
+    assert _report(pg, "odd", "--json", sql=True, parallel=False) == _report(pg, "odd", "--json", sql=True)
     printed = _report(pg, "odd", "--json", sql=True)
     # The session's 100 s, 6 of them charged (6 records of 1 s): 94 s idle, $0.94, all this run's (its 3 successes).
     assert json.loads(printed)["cost"]["idle_s"] == 94.0 and json.loads(printed)["cost"]["idle_usd"] == 0.94
@@ -176,3 +179,31 @@ def test_postgres_writes_doubles_as_python_does(pg):
             assert (got, json.dumps(value)) == (expected, expected), value
         assert conn.execute(text(f"SELECT {postgres._float('x')} FROM (SELECT NULL::float8 AS x) t")).scalar_one() \
             == "null"
+
+
+def test_the_entries_read_beside_the_figures_see_the_same_snapshot(pg):
+    """`report --json` reads its entries on a second connection (REELBATCH_REPORT_PARALLEL) in the first one's
+    snapshot: a cost recorded and a video finished by a worker that commits after the snapshot was taken are in
+    neither the figures nor the entries, though the entries' query runs after that commit (the worker's lock on the
+    table holds it back until then) and the first connection's transaction has ended by the time they are read."""
+    factory = _store(pg, "live", [_video("v1", Status.SUCCEEDED, start=1, end=2), _video("v2", Status.RUNNING, start=3)],
+                     {"v1": [1000]})
+    run = queries.find_run(factory, "live")
+    with factory() as s, factory() as worker:
+        worker.execute(text("LOCK TABLE videos IN ACCESS EXCLUSIVE MODE"))
+        worker.add(CostRecord(video_id=1, kind="gpu", seconds=1.0, rate_usd_per_hour=5.41, rate_source="t",
+                              amount_micro_usd=500))
+        worker.execute(text("UPDATE videos SET status = 'succeeded' WHERE key = 'v2'"))
+        worker.flush()
+        s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        with postgres.entries_beside(factory, s, run) as later:
+            worker.commit()
+            figures = postgres.figures(s, run, 1000)
+            s.rollback()
+            chunks = later.result()
+    assert figures.counts["succeeded"] == 1 and figures.counts["running"] == 1
+    videos = json.loads("[" + ", ".join(chunks) + "]")
+    assert [(v["id"], v["status"], v["cost_usd"]) for v in videos] == [("v1", "succeeded", 0.001),
+                                                                       ("v2", "running", 0.0)]
+    with factory() as s:  # and the worker's changes are there for the next report
+        assert s.execute(text("SELECT count(*) FROM videos WHERE status = 'succeeded'")).scalar_one() == 2
