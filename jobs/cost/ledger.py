@@ -58,6 +58,15 @@ def close_lost_sessions(factory: Factory, stale_after_s: float, now: datetime | 
     return closed
 
 
+def sweeping_session(factory: Factory, fresh_s: float, now: datetime | None = None) -> int | None:
+    """The session whose sweeper does the fleet's housekeeping (jobs.work.sweeper): the oldest open one heard from
+    within `fresh_s`; None if there is none."""
+    now = now or utcnow()
+    with factory() as s:
+        return s.scalar(select(func.min(WorkerSession.id)).where(
+            WorkerSession.ended_at.is_(None), WorkerSession.last_seen_at >= now - timedelta(seconds=fresh_s)))
+
+
 @dataclass(frozen=True)
 class SessionLedger:
     id: int

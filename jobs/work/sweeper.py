@@ -11,12 +11,20 @@ Webhooks: it opens the notifications of finished runs nobody noticed, then retri
 worker's sweeper may send any run's, one at a time (jobs.notify.outbox leases them).
 And it keeps deadlines: a run whose deadline has come is expired (work not started is cancelled; its result files and
 webhook follow once nothing of it runs), and each unfinished run's projected finish goes to the deadline gauges.
+
+Every worker heartbeats, sends its idle ticket and delivers due webhooks on each sweep; the fleet's housekeeping
+(closing lost sessions, reaping expired leases, deadlines, finished runs nobody noticed) is done by one sweeper, that
+of the oldest session heard from within two intervals (jobs.cost.ledger.sweeping_session). Done by every worker, it
+was a third of the statements a fleet sent per video (docs/SCALE.md), the same work N times over; if that worker
+dies, the next oldest takes it over two intervals after its last heartbeat, well within a lease. A sweeper without a
+session (no meter, or its session not yet open) does it all, as every sweeper once did.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 
 from jobs.cost import ledger
@@ -53,10 +61,13 @@ class Sweeper(threading.Thread):
     def sweep(self) -> None:
         if self.meter is not None:
             self.meter.heartbeat()
-        # A session silent for three leases belongs to a dead worker: its leases have expired, its batch is lost.
-        if lost := ledger.close_lost_sessions(self.factory, 3 * self.settings.lease_s):
-            log.warning("closed %d worker sessions whose heartbeats stopped", lost)
-        requeued = leases.reap_expired(self.factory, max_attempts=self.settings.max_attempts)
+        fleet = self.fleet_turn()
+        requeued: Counter[str] = Counter()
+        if fleet:
+            # A session silent for three leases belongs to a dead worker: its leases have expired, its batch is lost.
+            if lost := ledger.close_lost_sessions(self.factory, 3 * self.settings.lease_s):
+                log.warning("closed %d worker sessions whose heartbeats stopped", lost)
+            requeued = leases.reap_expired(self.factory, max_attempts=self.settings.max_attempts)
         if self.settings.metrics_port:  # a count of every claimable unit: only where someone reads it
             prometheus.QUEUE_DEPTH.set(claims.claimable_count(self.factory, self.models))
         if requeued:
@@ -65,9 +76,21 @@ class Sweeper(threading.Thread):
                 self.send_tickets(n, model)
         elif not self.busy.is_set() and (model := claims.next_model(self.factory, self.models)) is not None:
             self.send_tickets(1, model)
-        self.keep_deadlines()  # whatever it meets, leases were reaped and tickets sent
-        finished.catch_up(self.settings, self.factory)
+        if fleet:
+            self.keep_deadlines()  # whatever it meets, leases were reaped and tickets sent
+            finished.catch_up(self.settings, self.factory)
+        elif self.settings.metrics_port:  # this process's own deadline gauges
+            self.gauges.publish(self.factory)
         send.deliver_due(self.settings, self.factory)
+
+    def fleet_turn(self) -> bool:
+        """Whether this sweep does the fleet's housekeeping: this worker's session is the oldest one heard from
+        within two intervals, or it has none."""
+        mine = None if self.meter is None else self.meter.session_id
+        if mine is None:
+            return True
+        oldest = ledger.sweeping_session(self.factory, 2 * self.interval)
+        return oldest is None or oldest == mine
 
     def keep_deadlines(self) -> None:
         expired = limits.expire_due(self.factory, utcnow())
