@@ -85,7 +85,7 @@ def test_the_idle_wan22_expert_waits_in_cpu_memory_and_output_does_not_change(ca
     """offload_idle_expert on a GPU: at each step the running expert's weights are on the device and the other's in
     CPU memory; the videos are those rendered with both experts resident. Prints each swap's seconds (for
     docs/PERFORMANCE.md; at tiny widths they measure the bookkeeping, not the bus)."""
-    from engine.models import load_registry
+    from engine.models_file import load_registry
     from tests.engine.wan22 import write_models_file
 
     shape = Shape("a14b", 64, 48, 9, 4, 4.0)
