@@ -19,7 +19,8 @@ alone (one pass, no unconditional one). Windows and stages:
    teacher's final latents (what renders decode) and on 33-frame world clips (what a long video's stitch decodes).
 
 Every random draw comes from a generator seeded with (seed, stage, step or shard), so a killed run resumes and draws
-what an unbroken run would have. Stages 3 and 4 are in engine.toy.distill_train.
+what an unbroken run would have. Stages 3 and 5 (the student) are in engine.toy.distill_student, stage 4 in
+engine.toy.distill_decoder, and what they share and the export in engine.toy.distill_train.
 """
 
 from __future__ import annotations
@@ -150,7 +151,10 @@ def distill(config: DistillConfig, teacher_folder: Path, work: Path, out: Path,
     """Run (or resume) every stage in `work`, then write the adapter and the light decoder to `out`."""
     from diffusers import WanPipeline
 
-    from engine.toy.distill_train import export, train_decoder, train_refine, train_student
+    # Here, not at the top: these modules import DistillConfig and rng_for from this one.
+    from engine.toy.distill_decoder import train_decoder
+    from engine.toy.distill_student import train_refine, train_student
+    from engine.toy.distill_train import export
 
     if config.continuations and config.samples < len(COMBINATIONS):
         raise ValueError(f"samples must be at least {len(COMBINATIONS)} (one per prompt) for continuations to "

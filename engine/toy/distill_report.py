@@ -154,7 +154,7 @@ def _decode_seconds(pipe, decoder, shape: Shape) -> dict[str, float]:
     3 after a warm-up)."""
     import torch
 
-    from engine.engine import decode_latents
+    from engine.decode import decode_latents
 
     latents = torch.randn(8, pipe.vae.config.z_dim, (shape.frames - 1) // pipe.vae_scale_factor_temporal + 1,
                           shape.height // pipe.vae_scale_factor_spatial, shape.width // pipe.vae_scale_factor_spatial,

@@ -2,8 +2,8 @@
 checkpoints that resume a killed run, the config check of a work folder, the loss log, and the VAE encode of clips.
 
 Kept apart from engine.toy.train (the stages of `reelbatch toy train`) so the later stages
-(engine.toy.train_transformer, engine.toy.train_first_frame, engine.toy.distill_train) import it without importing
-the runner, and the runner imports them at the top.
+(engine.toy.train_transformer, engine.toy.train_first_frame, engine.toy.distill_student, engine.toy.distill_decoder)
+import it without importing the runner, and the runner imports them at the top.
 """
 
 from __future__ import annotations

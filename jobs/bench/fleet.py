@@ -11,7 +11,8 @@ Per level: cycles per second (claimed, rendered and recorded batches over the le
 record), the claim's latency (P50/P95/P99, as the client sees it), the database's time per video (PostgreSQL's own
 active time in the level's database, and its transactions), the fleet the rate supports (cycles per second x
 `batch_s`: each GPU needs one cycle per batch), and, from the rows, duplicates (a video charged twice), lost videos
-(not succeeded) and wasted attempts (a unit claimed more than once).
+(not succeeded) and wasted attempts (a unit claimed more than once). The servers' own counters are read by
+jobs.bench.fleet_stats.
 """
 
 from __future__ import annotations
@@ -19,18 +20,16 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
-import os
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from sqlalchemy import create_engine, func, select, text
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import NullPool
+from sqlalchemy import func, select
 
 from jobs.bench.fleet_sim import MODELS, SimPlan, run_process, sim_registry
+from jobs.bench.fleet_stats import backend_cpu, pg_stats, redis_cpu, server_statements, shown, track_statements
 from jobs.bench.scratch import drop_queues, require_services, scratch_database, scratch_queue
 from jobs.db import queries
 from jobs.db.connect import session_factory
@@ -144,13 +143,13 @@ def _level(settings: Settings, workers: int, factor: float, batch_s: float, batc
                                  output=level.output)
             submitted = queries.submit_run(factory, spec, output=level.output)
             send_tickets(app, submitted.pending_units, model)
-        before, redis_before = _pg_stats(url), _redis_cpu(settings.broker_url)
-        tracked = _track_statements(url)
+        before, redis_before = pg_stats(url), redis_cpu(settings.broker_url)
+        tracked = track_statements(url)
         results = _simulate(level, workers, factor, batch_s, processes, factory, per_model * len(MODELS))
         time.sleep(1.0)  # PostgreSQL flushes a backend's statistics at most once a second
-        after, redis_after = _pg_stats(url), _redis_cpu(settings.broker_url)
+        after, redis_after = pg_stats(url), redis_cpu(settings.broker_url)
         level_row = _from_rows(factory, workers, factor, batch_s, results, before, after,
-                               redis_after - redis_before, _server_statements(url) if tracked else None)
+                               redis_after - redis_before, server_statements(url) if tracked else None)
         factory.kw["bind"].dispose()  # its database is about to be dropped
         session_factory.cache_clear()
         drop_queues(settings.broker_url, queue)
@@ -172,9 +171,9 @@ def _simulate(level: Settings, workers: int, factor: float, batch_s: float, proc
     deadline = time.monotonic() + 60 + 5 * videos / (workers * level.max_batch) * batch_s * factor
     cpu: dict[int, float] = {}
     while time.monotonic() < deadline and _unfinished(factory):
-        _backend_cpu(factory, cpu)
+        backend_cpu(factory, cpu)
         time.sleep(0.5)
-    _backend_cpu(factory, cpu)
+    backend_cpu(factory, cpu)
     stop.set()
     out = [results.get(timeout=120) for _ in procs]
     for proc in procs:
@@ -186,84 +185,10 @@ def _simulate(level: Settings, workers: int, factor: float, batch_s: float, proc
     return out
 
 
-def _backend_cpu(factory, seen: dict[int, float]) -> None:
-    """The CPU seconds of each server process serving the level's database, last read from /proc: the connections
-    are pooled for the whole level, so their last readings add up to nearly all the server's work for it. Nothing
-    is read when the server is on another machine."""
-    with factory() as s:
-        pids = list(s.scalars(text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                                   "AND pid <> pg_backend_pid()")))
-    ticks = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # another machine's process, or gone
-        seen[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime and stime, fields 14 and 15 of stat
-
-
 def _unfinished(factory) -> int:
     with factory() as s:
         return s.scalar(select(func.count()).select_from(Video).where(Video.status.in_([Status.PENDING,
                                                                                         Status.RUNNING])))
-
-
-def _pg_stats(url: str) -> tuple[float, int]:
-    """PostgreSQL's own account of the level's database: active milliseconds and committed transactions."""
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            row = conn.execute(text("SELECT active_time, xact_commit FROM pg_stat_database "
-                                    "WHERE datname = current_database()")).one()
-    finally:
-        engine.dispose()
-    return float(row[0] or 0.0), int(row[1] or 0)
-
-
-def _track_statements(url: str) -> bool:
-    """pg_stat_statements in the level's database, if the server preloads it (a superuser can create it)."""
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
-            conn.execute(text("SELECT count(*) FROM pg_stat_statements"))
-        return True
-    except SQLAlchemyError:
-        return False
-    finally:
-        engine.dispose()
-
-
-def _server_statements(url: str, top: int = 8) -> list[dict]:
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(text(
-                "SELECT calls, total_exec_time, query FROM pg_stat_statements WHERE dbid = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database()) "
-                "ORDER BY total_exec_time DESC LIMIT :top"), {"top": top}).all()
-    finally:
-        engine.dispose()
-    return [{"calls": calls, "total_ms": ms, "mean_ms": ms / calls if calls else 0.0, "query": _shown(query)}
-            for calls, ms, query in rows]
-
-
-def _shown(query: str) -> str:
-    """A statement short enough to read: its verb and table, and what follows FROM (or WHERE)."""
-    words = " ".join(query.split())
-    cut = max(words.find(" FROM "), 0) if words.startswith("SELECT") else max(words.find(" WHERE "), 0)
-    return words[:40] + (" ..." + words[cut:cut + 200] if cut > 40 else words[40:240])
-
-
-def _redis_cpu(url: str) -> float:
-    import redis  # here, not at the top: only the bench reads Redis's own counters
-
-    server = redis.Redis.from_url(url)
-    try:
-        info = server.info("cpu")
-    finally:
-        server.close()
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _from_rows(factory, workers: int, factor: float, batch_s: float, results: list[dict], before, after,
@@ -305,5 +230,5 @@ def _top_kinds(results: list[dict], videos: int, top: int = 8) -> list[dict]:
             entry[0] += count
             entry[1] += seconds
     ranked = sorted(kinds.items(), key=lambda item: -item[1][0])[:top]
-    return [{"statement": _shown(kind), "per_video": count / videos, "client_ms": seconds * 1000}
+    return [{"statement": shown(kind), "per_video": count / videos, "client_ms": seconds * 1000}
             for kind, (count, seconds) in ranked]

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from engine.engine import Engine, decode_latents
+from engine.decode import decode_latents
+from engine.engine import Engine
 from engine.first_frame import first_frame_latents
 from engine.metrics import psnr
 from engine.toy.judge import judge_clip

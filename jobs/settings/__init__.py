@@ -13,7 +13,8 @@ from pathlib import Path
 
 from engine.config import EngineConfig
 from engine.errors import ModelNotFound
-from engine.models import Registry, load_registry
+from engine.models import Registry
+from engine.models_file import load_registry
 from jobs.cost.prices import Price, Rate, StoragePrice
 from jobs.errors import UsageError
 from jobs.settings.variables import VARIABLES

@@ -2,7 +2,8 @@
 
 import pytest
 
-from engine.models import Registry, load_registry
+from engine.models import Registry
+from engine.models_file import load_registry
 
 from .wan22 import write_models_file
 

@@ -8,7 +8,7 @@ from engine import adapt, gates
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.gates import UngatedSetting
-from engine.models import load_registry
+from engine.models_file import load_registry
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 

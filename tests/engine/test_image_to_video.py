@@ -10,7 +10,8 @@ import torch
 
 from engine.chunks import plan
 from engine.config import EngineConfig
-from engine.engine import Engine, decode_latents
+from engine.decode import decode_latents
+from engine.engine import Engine
 from engine.errors import RenderError
 from engine.first_frame import first_frame_latents
 from engine.i2v import denoise_i2v

@@ -12,7 +12,8 @@ from diffusers import WanTransformer3DModel
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
-from engine.models import builtin_models, load_registry
+from engine.models import builtin_models
+from engine.models_file import load_registry
 from engine.text_cache import TEXT_PARTS
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape

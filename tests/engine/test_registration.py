@@ -13,7 +13,8 @@ from engine import adapt, light_decoder
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
-from engine.models import TINY, load_registry
+from engine.models import TINY
+from engine.models_file import load_registry
 from engine.text_cache import ALL_PARTS, model_identity
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape

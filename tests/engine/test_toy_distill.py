@@ -15,7 +15,8 @@ from safetensors.numpy import load_file
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import TOY_FAST, TOY_WEIGHTS, load_registry
+from engine.models import TOY_FAST, TOY_WEIGHTS
+from engine.models_file import load_registry
 from engine.toy.distill import DistillConfig, distill, student_sigmas, teacher_sigmas
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cli.toy import QUICK_DISTILL

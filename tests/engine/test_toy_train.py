@@ -10,7 +10,7 @@ from safetensors.numpy import load_file
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import load_registry
+from engine.models_file import load_registry
 from engine.toy.train import TrainConfig, train
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cli.toy import QUICK

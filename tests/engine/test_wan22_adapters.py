@@ -14,7 +14,7 @@ from engine import adapt
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
-from engine.models import load_registry
+from engine.models_file import load_registry
 from engine.tiny import ensure_tiny_a14b, ensure_tiny_ti2v
 from engine.types import RenderBatch, Shape
 

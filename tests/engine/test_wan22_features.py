@@ -15,7 +15,7 @@ from engine.engine import Engine
 from engine.experts import experts
 from engine.gates import UngatedSetting
 from engine.metrics import psnr
-from engine.models import load_registry
+from engine.models_file import load_registry
 from engine.text_cache import ALL_PARTS, model_identity
 from engine.types import RenderBatch, RenderRequest
 

@@ -242,7 +242,7 @@ def test_the_cpu_fast_registrations_adapter_and_decoder_fit_their_base_and_rende
     from engine.bench_models import ADAPTER_FILE, DECODER_FOLDER, ensure_fast_extras
     from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.models import load_registry
+    from engine.models_file import load_registry
     from engine.tiny import ensure_tiny
     from engine.types import RenderBatch, RenderRequest, Shape
 

@@ -12,7 +12,8 @@ from PIL import Image
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import TOY, load_registry
+from engine.models import TOY
+from engine.models_file import load_registry
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.quality.evaluate import TARGETS, round_trip
 

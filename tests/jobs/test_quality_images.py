@@ -14,7 +14,8 @@ from PIL import Image
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.metrics import psnr
-from engine.models import TOY, TOY_WEIGHTS, builtin_models, load_registry
+from engine.models import TOY, TOY_WEIGHTS, builtin_models
+from engine.models_file import load_registry
 from engine.toy.judge import judge_clip
 from engine.toy.world import parse_prompt
 from engine.types import RenderBatch, RenderRequest, Shape

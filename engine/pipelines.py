@@ -1,0 +1,154 @@
+"""The loaded-pipeline cache: a registered model's folder found, its gates checked, its pipeline loaded with the
+engine's switches (adapters, expert swap, attention backend, compile, step cache), and at most config.max_models of
+them kept, the least recently used unloaded first.
+
+Apart from engine.engine (which renders batches with what this hands it) so that where a model comes from and how
+long it stays in memory read in one place.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from engine import adapt, gates
+from engine.config import EngineConfig
+from engine.errors import ModelNotFound, RenderError
+from engine.experts import ExpertSwap, experts
+from engine.fast_ops import use_fast_vae_norm
+from engine.loading import load_pipeline
+from engine.models import ModelInfo, Registry
+from engine.text_cache import ALL_PARTS, model_identity
+from engine.tiny import ensure_builtin
+
+log = logging.getLogger(__name__)
+
+
+class PipelineCache:
+    def __init__(self, config: EngineConfig, registry: Registry):
+        self.config = config
+        self.registry = registry
+        # Loaded pipelines, least recently used first; at most config.max_models.
+        self._pipelines: OrderedDict[str, object] = OrderedDict()
+        # A registration's light decoder (engine.light_decoder), used in place of its VAE's decoder.
+        self._decoders: dict[str, torch.nn.Module | None] = {}
+        # Two-expert models registered with offload_idle_expert: the swap that keeps one expert on the device.
+        self.swaps: dict[str, ExpertSwap] = {}
+        # Models this engine may render with its lossy accelerators: their recorded gate passed (or, in
+        # `reelbatch bench --quality`, they are being measured).
+        self.gate_checked: set[str] = set()
+
+    def check_gate(self, name: str) -> None:
+        """Refuse (engine.gates.UngatedSetting) the lossy accelerators on a model whose recorded gate did not pass,
+        and a distilled registration (one naming a teacher) whose distilled gate did not."""
+        info = self.registry.get(name)
+        needed = [s for s in (gates.DISTILLED if info.teacher else "", self.config.lossy()) if s]
+        if needed and name not in self.gate_checked:
+            identity = self.gate_identity(info)
+            for setting in needed:
+                gates.require(self.config.cache_dir, name, identity, setting)
+            self.gate_checked.add(name)
+
+    def model_path(self, info: ModelInfo):
+        if info.builtin:
+            return ensure_builtin(self.config.cache_dir, info.name)
+        whole = info.path is not None and (info.path / "model_index.json").is_file()
+        if not whole and not (info.base is not None and info.path is not None and info.path.is_dir()):
+            raise ModelNotFound(f"model {info.name!r}: {info.path} holds no model_index.json")
+        return info.path
+
+    def loaded(self) -> tuple[str, ...]:
+        """The models whose pipelines are loaded, least recently used first."""
+        return tuple(self._pipelines)
+
+    def identity(self, info: ModelInfo, parts: tuple[str, ...]) -> str:
+        """engine.text_cache.model_identity of the model's `parts`, over its base's too when it has one (a part
+        its folder lacks is the base's)."""
+        own = model_identity(self.model_path(info), parts)
+        return own if info.base is None else f"{own}+{model_identity(info.base, parts)}"
+
+    def gate_identity(self, info: ModelInfo) -> str:
+        """What a registration's quality gates are recorded and checked under: engine.adapt.identity (its folder,
+        adapters, sampler and decoder), with its base's identity when it has one."""
+        own = adapt.identity(info, self.model_path(info))
+        return own if info.base is None else f"{own}+{model_identity(info.base, ALL_PARTS)}"
+
+    def get(self, name: str):
+        """The loaded pipeline for a registered model: loaded on first use and kept while it is among the
+        config.max_models most recently used (loading another unloads the least recently used first)."""
+        if name in self._pipelines:
+            self._pipelines.move_to_end(name)
+        else:
+            import diffusers
+            import transformers
+
+            diffusers.utils.logging.disable_progress_bar()
+            transformers.utils.logging.disable_progress_bar()
+
+            info = self.registry.get(name)
+            self.check_gate(name)
+            device, dtype = self.config.torch_device(), self.config.torch_dtype()
+            path = self.model_path(info)
+            # After the checks above, so a model that cannot load unloads none.
+            self._make_room(max(self.config.max_models, 1) - 1)
+            log.info("loading model %s from %s on %s (%s)", name, path, device, dtype)
+            pipe = load_pipeline(info, path, dtype)
+            # A registration's adapters fused, its sampler and light decoder (engine.adapt), before compiling.
+            self._decoders[name] = adapt.apply(pipe, info, device)
+            if info.offload_idle_expert and getattr(pipe, "transformer_2", None) is not None:
+                # Both experts stay in CPU memory; the swap brings each to the device for its steps.
+                self.swaps[name] = ExpertSwap(pipe, device)
+                for component in pipe.components.values():
+                    if isinstance(component, torch.nn.Module) and component not in experts(pipe):
+                        component.to(device)
+            else:
+                pipe.to(device)
+            if self.config.offloads_text_encoder():
+                pipe.text_encoder.to("cpu")  # to the device only to encode what the cache lacks (Engine._embeddings)
+            pipe.set_progress_bar_config(disable=True)
+            if self.config.fast_vae_norm:
+                use_fast_vae_norm(pipe.vae)
+            # Every switch on each expert (Wan 2.2 A14B has two transformers).
+            if self.config.attention != "native":
+                try:
+                    for model in experts(pipe):
+                        model.set_attention_backend(self.config.attention)
+                except (ValueError, RuntimeError, ImportError) as exc:
+                    raise RenderError(f"attention backend {self.config.attention!r} cannot run here: {exc}") from None
+            if self.config.compile:
+                # Set before the first compile; an operator's own TORCHINDUCTOR_CACHE_DIR wins.
+                os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(self.config.cache_dir) / "inductor"))
+                for model in experts(pipe):
+                    model.compile_repeated_blocks(dynamic=False)
+            if self.config.step_cache:
+                from diffusers.hooks import FirstBlockCacheConfig
+
+                for model in experts(pipe):
+                    model.enable_cache(FirstBlockCacheConfig(threshold=self.config.step_cache))
+            self._pipelines[name] = pipe
+        return self._pipelines[name]
+
+    def light_decoder(self, name: str) -> torch.nn.Module | None:
+        """A registration's light decoder (engine.light_decoder), or None where its VAE decodes."""
+        self.get(name)
+        return self._decoders[name]
+
+    def _make_room(self, keep: int) -> None:
+        """Unload the least recently used pipelines until at most `keep` remain, and give their memory back: the
+        engine holds the only references, so collecting frees the tensors, and empty_cache returns the freed blocks
+        from torch's caching allocator to the device (for another pipeline, or another process)."""
+        if len(self._pipelines) <= keep:
+            return
+        while len(self._pipelines) > keep:
+            name, _ = self._pipelines.popitem(last=False)
+            self._decoders.pop(name, None)
+            self.swaps.pop(name, None)
+            log.info("unloading model %s: at most %d loaded (REELBATCH_MAX_MODELS)", name, self.config.max_models)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
