@@ -211,15 +211,12 @@ def _prepare(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit,
                 video = stitch_long(factory, store, engine, claim.batch.shape, unit, video)
             except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
                 log.warning("stitching %s failed: %s", unit.key, exc)
-                return Retry(f"{type(exc).__name__}: {exc}")
+                return Retry(_error(exc))
         if video.error is not None:
             return Retry(video.error)
         return _encode(unit, video)
-    except ObjectConflict as exc:
-        return Conflict(f"ObjectConflict: {exc}")
     except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
-        log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)
-        return Retry(f"{type(exc).__name__}: {exc}")
+        return _failed(unit, exc)
 
 
 def _encode(unit: ClaimedUnit, video: RenderedVideo) -> Encoded:
@@ -240,7 +237,7 @@ def _mark(factory: Factory, ready: list[tuple[ClaimedUnit, Encoded]]) -> dict[in
         held = record.mark_all_uploading(factory, [(unit, step.digest) for unit, step in ready])
     except Exception as exc:  # noqa: BLE001 - the database unreachable for now: each video is retried
         log.warning("recording the checksums of %d videos before their uploads failed: %s", len(ready), exc)
-        return {unit.unit_id: Retry(f"{type(exc).__name__}: {exc}") for unit, _ in ready}
+        return {unit.unit_id: Retry(_error(exc)) for unit, _ in ready}
     return {unit.unit_id: None if unit.unit_id in held else LeaseLost() for unit, _ in ready}
 
 
@@ -255,12 +252,22 @@ def _upload(claim: Claim, mark_s: float, seam_review: float, unit: ClaimedUnit, 
             metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": model},
         )
         poster_uri = put_poster(unit, step.poster, model)
-    except ObjectConflict as exc:
-        return Conflict(f"ObjectConflict: {exc}")
     except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
-        log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)
-        return Retry(f"{type(exc).__name__}: {exc}")
+        return _failed(unit, exc)
     seams = step.video.seam_score
     return Stored(VideoOutput(stored.uri, stored.bytes, stored.sha256, 0.0, step.encode_s,
                               mark_s + time.perf_counter() - start, dict(step.video.stages), seams,
                               seams is not None and seams > seam_review, poster_uri=poster_uri))
+
+
+def _failed(unit: ClaimedUnit, exc: Exception) -> Conflict | Retry:
+    """What an error while storing a video means for it: another object at its key fails it now (retrying cannot
+    help); anything else may pass, so it is retried."""
+    if isinstance(exc, ObjectConflict):
+        return Conflict(f"ObjectConflict: {exc}")
+    log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)
+    return Retry(_error(exc))
+
+
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
