@@ -124,10 +124,10 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
     with ExitStack() as held:
         keeper = held.enter_context(LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit,
                                                 stopping))
-        adopted, todo = _adopt_earlier_uploads(settings, factory, claim, meter)
+        adopted, todo, unchecked = _adopt_earlier_uploads(settings, factory, claim, meter)
         pairs, unreadable = attach_images(claim.batch.shape, [(r, u) for r, u in zip(claim.batch.requests,
                                                                                        claim.units) if u in todo])
-        outcomes = [retry(settings, factory, unit, error, meter) for unit, error in unreadable]
+        outcomes = [retry(settings, factory, unit, error, meter) for unit, error in unchecked + unreadable]
         retried, failed = outcomes.count(True), outcomes.count(False)
         todo = [u for _, u in pairs]
         if not todo:
@@ -198,16 +198,23 @@ def _notice_finished(settings: Settings, factory: Factory, runs: set[str]) -> No
 
 
 def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
-                           meter: Meter) -> tuple[int, list[ClaimedUnit]]:
-    """Videos whose earlier attempt uploaded but died before recording it: adopt the object, skip the render."""
-    adopted, todo = 0, []
+                           meter: Meter) -> tuple[int, list[ClaimedUnit], list[tuple[ClaimedUnit, str]]]:
+    """Videos whose earlier attempt uploaded but died before recording it: adopt the object, skip the render.
+
+    Returns how many were adopted, the units to render, and the units to retry without a render: those with an
+    earlier checksum recorded whose key the store cannot be asked about now. Their earlier upload may have landed
+    (its reply lost to the outage), and a new render can differ from it by a rounding (a batch of another size), so
+    its bytes would then meet that object as a conflict and fail the video; the retry asks the store again."""
+    adopted, todo, unchecked = 0, [], []
     for unit in claim.units:
         found = None
         if unit.upload_sha256:
             try:
                 found = keys.store_for(unit.output).stat(keys.object_key(unit.run_name, unit.key))
-            except StoreError:
-                found = None  # the store will be asked again when this video is stored
+            except StoreError as exc:
+                log.warning("%s: cannot check its earlier upload, retried without a render: %s", unit.key, exc)
+                unchecked.append((unit, f"{type(exc).__name__}: {exc}"))
+                continue
         if found is not None and found.sha256 == unit.upload_sha256:
             out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0,
                               poster_uri=adopted_poster(unit, claim.batch.shape.model))
@@ -218,7 +225,7 @@ def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
                 drop_checkpoints(factory, keys.store_for(unit.output), unit)
         else:
             todo.append(unit)
-    return adopted, todo
+    return adopted, todo, unchecked
 
 
 def _retry_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit], error: str, adopted: int,

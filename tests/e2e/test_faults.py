@@ -189,12 +189,12 @@ def wait_done(farm: Farm, workers: Workers, timeout: float = RUN_TIMEOUT_S) -> N
 
 def check_exactly_once(farm: Farm) -> dict:
     """Every video succeeded once: one object (one version) holding the recorded bytes, and one cost record."""
-    (run,) = json.loads(farm.cli("status", RUN, "--json").stdout)["runs"]
-    assert run["counts"]["succeeded"] == farm.videos, run
     report = json.loads(farm.cli("report", RUN, "--json").stdout)
     videos = report["videos"]
     assert [v["status"] for v in videos] == ["succeeded"] * farm.videos, [(v["id"], v["status"], v["error"])
                                                                           for v in videos]
+    (run,) = json.loads(farm.cli("status", RUN, "--json").stdout)["runs"]
+    assert run["counts"]["succeeded"] == farm.videos, run["counts"]
     versions, markers = farm.versions()
     assert not markers, f"objects were deleted: {markers}"
     # The run's result files (results.jsonl, errors.jsonl) are replaced whole by whoever finishes the run: only the

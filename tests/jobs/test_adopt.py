@@ -1,0 +1,81 @@
+"""A retry of a video whose earlier attempt uploaded its MP4 but died before recording it, through the real path:
+claim -> tiny engine -> PyAV -> an S3-protocol server behind a TCP gate the test shuts like an outage -> rows."""
+
+import dataclasses
+import hashlib
+import time
+from urllib.parse import urlsplit
+
+import pytest
+from sqlalchemy import select
+
+from engine.engine import Engine
+from jobs.db import queries
+from jobs.db.connect import session_factory
+from jobs.db.rows import Video
+from jobs.db.status import Status
+from jobs.manifest import load_manifest
+from jobs.render import record
+from jobs.render.batch import render_next_batch
+from jobs.settings import Settings
+from jobs.work import leases
+from tests.e2e.procs import TcpGate
+
+
+@pytest.fixture
+def gate(s3_server, monkeypatch):
+    """The S3 endpoint as the worker sees it: moto behind a gate that can refuse connections."""
+    gate = TcpGate(urlsplit(s3_server.endpoint_url).port)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", gate.url)
+    yield gate
+    gate.close()
+
+
+def test_a_retry_that_cannot_check_its_earlier_upload_waits_for_the_store_instead_of_rendering(
+        tmp_path, model_cache, registry, s3_env, gate, monkeypatch):
+    """The first attempt stores v0's MP4 and dies before recording it. The retry comes while the store is down: it
+    cannot ask whether that MP4 is there, so it retries without a render (a render again could make other bytes,
+    which would then meet the stored MP4 as a conflict and fail the video), keeping the recorded checksum. Once the
+    store answers, the next attempt adopts the MP4 the first one stored, and nothing is rendered a second time."""
+    manifest = tmp_path / "a.yaml"
+    manifest.write_text("name: a\ndefaults: {steps: 2}\nvideos:\n  - {id: v0, prompt: video 0}\n")
+    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'a.db'}",
+                                   cache_dir=model_cache, lease_s=0.5, retry_backoff_s=0.01)
+    factory = session_factory(settings.database_url)
+    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=f"s3://{s3_env}/")
+    engine = Engine(settings.engine_config(), registry)
+    renders = []
+    render = engine.render
+    engine.render = lambda *args, **kwargs: renders.append(1) or render(*args, **kwargs)
+
+    def dies(*args, **kwargs):
+        raise ConnectionError("the worker died before recording")
+
+    with monkeypatch.context() as m:
+        m.setattr(record, "record_successes", dies)
+        with pytest.raises(ConnectionError):
+            render_next_batch(settings, engine, factory)
+    import boto3
+    body = boto3.session.Session().client("s3").get_object(Bucket=s3_env, Key="a/v0.mp4")["Body"].read()
+    with factory() as s:
+        assert s.scalar(select(Video.upload_sha256)) == hashlib.sha256(body).hexdigest()
+    time.sleep(0.7)
+    assert leases.reap_expired(factory, max_attempts=5) == {"tiny": 1}
+
+    gate.close()
+    down = render_next_batch(settings, engine, factory)
+    assert (down.claimed, down.succeeded, down.retried, down.failed) == (1, 0, 1, 0)
+    assert len(renders) == 1, "rendered again while the store could not say what it holds"
+    with factory() as s:
+        v0 = s.scalar(select(Video))
+    assert Status(v0.status) is Status.PENDING and v0.upload_sha256 == hashlib.sha256(body).hexdigest()
+    assert "cannot reach the S3 endpoint" in v0.last_error, v0.last_error
+
+    gate.open()
+    time.sleep(0.1)  # the retry's backoff: 0.01 s doubled per attempt
+    up = render_next_batch(settings, engine, factory)
+    assert (up.claimed, up.succeeded) == (1, 1) and len(renders) == 1
+    with factory() as s:
+        v0 = s.scalar(select(Video))
+    assert Status(v0.status) is Status.SUCCEEDED and v0.sha256 == hashlib.sha256(body).hexdigest()
+    assert v0.uri == f"s3://{s3_env}/a/v0.mp4" and v0.render_s == 0.0, "adopted, not rendered again"
