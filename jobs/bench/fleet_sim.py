@@ -4,8 +4,8 @@ A simulated worker is a thread that does what a worker process does between its 
 real code: it waits for a Celery ticket on its models' Redis queues (kombu, as the worker's consumer does), claims
 with jobs.work.claims.claim_batch (its Serving: models, affinity, the last shape), holds the claim with the real
 LeaseKeeper (renewals), records its videos' checksums with the fenced jobs.render.record.mark_all_uploading and the
-batch with record_successes (cost records on its session), checks whether the run is done
-(jobs.reports.results.write_if_done), passes its ticket on to a model with work waiting, and runs the real Sweeper
+batch with record_successes (cost records on its session), notices whether its runs finished as the worker does
+(jobs.notify.finished.run_finished), passes its ticket on to a model with work waiting, and runs the real Sweeper
 (heartbeat and session ledger, lost-session and lease reaping, tickets for idle work).
 
 What is not real: the engine is a stand-in that sleeps the shape's batch seconds and asks whether the batch should
@@ -32,11 +32,11 @@ from sqlalchemy.orm import sessionmaker
 from engine.models import ModelDefaults, ModelInfo, Registry
 from jobs.cost.meter import Meter
 from jobs.db.connect import make_engine
+from jobs.notify.finished import run_finished
 from jobs.render import record
 from jobs.render.batch import serving
 from jobs.render.keeper import CANCEL_CHECK_S, LeaseKeeper
 from jobs.render.record import VideoOutput
-from jobs.reports.results import write_if_done
 from jobs.settings import Settings
 from jobs.work import claims, leases
 from jobs.work.app import create_app
@@ -220,8 +220,7 @@ def _cycle(plan: SimPlan, settings: Settings, engine: StandIn, factory, meter: M
                   for unit in claim.units if unit.unit_id in held]
         recorded = sum(record.record_successes(factory, stored, meter.rate, settings.storage_price(),
                                                meter.session_id).values())
-    for run in sorted({u.run_name for u in claim.units}):
-        write_if_done(factory, run)
+    run_finished(settings, factory, {u.run_name for u in claim.units})
     with stats.lock:
         stats.batches += 1
         stats.recorded += recorded

@@ -52,8 +52,3 @@ def write_results(factory, run: str) -> list[str]:
     store = open_store(row.output)
     return [store.replace(f"{row.name}/results.jsonl", results, content_type="application/jsonl"),
             store.replace(f"{row.name}/errors.jsonl", errors, content_type="application/jsonl")]
-
-
-def write_if_done(factory, run: str) -> list[str]:
-    """The result files, if no video of the run is pending or running any more; else nothing."""
-    return write_results(factory, run) if queries.run_finished(factory, run) else []
