@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
 from jobs.db.bulk import insert_rows
+from jobs.db.connect import reads
 from jobs.db.rows import CostRecord, Run, Video, WorkerSession, WorkUnit, as_utc, utcnow
 from jobs.db.status import Status, move
 from jobs.errors import RunNameTaken, RunNotFound, UsageError
@@ -209,7 +210,7 @@ def find_run(factory: Factory, run: str) -> Run:
 def run_finished(factory: Factory, run: str) -> bool:
     """No video of the run is pending or running: a probe of the (run, status) index, whatever the run's size (each
     worker asks after each batch it records)."""
-    with factory() as s:
+    with reads(factory)() as s:
         run_id = _run_id(s, run)
         return s.scalar(select(Video.id).where(Video.run_id == run_id,
                                                Video.status.in_([Status.PENDING, Status.RUNNING])).limit(1)) is None

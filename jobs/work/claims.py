@@ -19,6 +19,7 @@ from datetime import timedelta
 from sqlalchemy import case, func, select, update
 
 from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.db.connect import reads
 from jobs.db.queries import Factory, claimable_units, waiting_units
 from jobs.db.rows import Run, Video, WorkUnit, utcnow
 from jobs.db.status import Status, check_move
@@ -213,7 +214,7 @@ def any_claimable(factory: Factory, models: tuple[str, ...] | None = None) -> bo
     """Is any unit waiting that a worker serving `models` (None: every model) could claim now?"""
     if models is not None:
         return next_model(factory, models) is not None
-    with factory() as s:
+    with reads(factory)() as s:
         return s.scalar(select(WorkUnit.id).where(*claimable_units(utcnow())).limit(1)) is not None
 
 
@@ -221,7 +222,7 @@ def next_model(factory: Factory, models: tuple[str, ...], prefer: str | None = N
     """The first of `prefer`, then `models`, with a unit claimable now (one index probe each); None if none has."""
     order = ([prefer] if prefer in models else []) + [m for m in models if m != prefer]
     now = utcnow()
-    with factory() as s:
+    with reads(factory)() as s:  # a statement each, autocommit on PostgreSQL
         for model in order:
             if s.scalar(select(WorkUnit.id).where(*claimable_units(now), WorkUnit.model == model).limit(1)):
                 return model

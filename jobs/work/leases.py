@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, tuple_, update
 from sqlalchemy.orm import Session
 
+from jobs.db.connect import reads
 from jobs.db.queries import Factory
 from jobs.db.rows import Run, Video, WorkUnit, utcnow
 from jobs.db.status import Status, move
@@ -116,5 +117,5 @@ def release(factory: Factory, unit: ClaimedUnit) -> bool:
 
 
 def cancelled_runs(factory: Factory, run_ids: set[int]) -> set[int]:
-    with factory() as s:
+    with reads(factory)() as s:  # every rendering batch asks every CANCEL_CHECK_S (jobs.render.keeper)
         return set(s.scalars(select(Run.id).where(Run.id.in_(run_ids), Run.cancelled_at.is_not(None))))

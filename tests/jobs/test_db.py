@@ -5,16 +5,17 @@ import time
 
 import pytest
 from sqlalchemy import func, inspect, select
+from sqlalchemy.orm import sessionmaker
 
 from jobs.cost.prices import Rate
 from jobs.db import queries
-from jobs.db.connect import current_and_head, make_engine, session_factory
+from jobs.db.connect import current_and_head, make_engine, reads, session_factory, upgrade
 from jobs.db.rows import CostRecord, Run, Video, WorkUnit
 from jobs.db.status import IllegalTransition, Status, transition
 from jobs.errors import RunNameTaken, SchemaOutOfDate
 from jobs.manifest import load_manifest
 from jobs.render import record
-from jobs.work import claims
+from jobs.work import claims, leases
 
 
 def write_manifest(tmp_path, name="night", priority=0, videos=None, extra=""):
@@ -239,3 +240,32 @@ def test_terminal_success_never_changes():
     for new in Status:
         with pytest.raises(IllegalTransition):
             transition(Row(), new)
+
+
+def test_a_probe_runs_alone_on_postgres_and_its_connection_goes_back_transactional(postgres_url, registry, tmp_path):
+    """A probe (jobs.db.connect.reads) sends its one statement without a BEGIN: after it the server reports no
+    transaction open. The same pooled connection then serves an ordinary session, inside a transaction again."""
+    from psycopg.pq import TransactionStatus
+
+    upgrade(postgres_url)
+    engine = make_engine(postgres_url, pool_size=1)
+    factory = sessionmaker(engine, expire_on_commit=False)
+    queries.submit_run(factory, load_manifest(write_manifest(tmp_path), registry=registry), output="file:///tmp/o/")
+    with reads(factory)() as s:
+        assert s.scalar(select(func.count()).select_from(Video)) == 2
+        probe = s.connection().connection.dbapi_connection
+        assert probe.info.transaction_status is TransactionStatus.IDLE
+    with factory() as s:
+        assert s.scalar(select(func.count()).select_from(Video)) == 2
+        plain = s.connection().connection.dbapi_connection
+        assert plain is probe and plain.info.transaction_status is TransactionStatus.INTRANS
+    run_id = queries.find_run(factory, "night").id
+    assert (queries.run_finished(factory, "night"), leases.cancelled_runs(factory, {run_id})) == (False, set())
+    queries.cancel_run(factory, "night")
+    assert (queries.run_finished(factory, "night"), leases.cancelled_runs(factory, {run_id})) == (True, {run_id})
+    engine.dispose()
+
+
+def test_a_probe_on_sqlite_is_an_ordinary_session(tmp_path):
+    factory = session_factory(f"sqlite:///{tmp_path / 'p.db'}")
+    assert reads(factory) is factory
