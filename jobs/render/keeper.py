@@ -48,7 +48,9 @@ class LeaseKeeper:
         self.lost = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, name="lease-keeper", daemon=True)
-        self._next_cancel_check = 0.0
+        # Not at the first step: the claim that just took these units found their runs not cancelled (a cancel
+        # takes a run's waiting units with it), so the first ask is CANCEL_CHECK_S after it, as every later one.
+        self._next_cancel_check = time.monotonic() + CANCEL_CHECK_S
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()

@@ -229,3 +229,22 @@ def test_cancel_stops_a_running_batch_at_a_step_boundary(factory, registry, tmp_
     # The worker noticed the run finished by the cancel and wrote its result files (jobs.notify.finished).
     assert [json.loads(line)["code"] for line in (folder / "errors.jsonl").read_text().splitlines()] == \
         ["cancelled", "cancelled"]
+
+
+def test_a_batch_first_asks_about_a_cancel_one_check_interval_after_its_claim(factory, registry, tmp_path,
+                                                                               monkeypatch):
+    """The claim found the run not cancelled (a cancel takes its waiting units), so the keeper's first ask is one
+    interval after it, not at the first step; a cancel in between stops the batch at the first step after that."""
+    monkeypatch.setattr(keeper, "CANCEL_CHECK_S", 0.3)
+    asked = []
+    real = leases.cancelled_runs
+    monkeypatch.setattr(leases, "cancelled_runs", lambda *args: asked.append(time.monotonic()) or real(*args))
+    submit(factory, registry, tmp_path, 2)
+    claim = claims.claim_batch(factory, owner="w", max_batch=8, lease_s=600)
+    with keeper.LeaseKeeper(factory, claim, 600, time.monotonic() + 60) as kept:
+        claimed_at = time.monotonic()
+        queries.cancel_run(factory, "r")
+        assert kept.should_stop() is None and asked == [], "asked at the first step"
+        while (stop := kept.should_stop()) is None:
+            time.sleep(0.01)
+    assert stop is keeper.Stop.CANCELLED and len(asked) == 1 and 0.25 <= asked[0] - claimed_at < 2.0
