@@ -1,6 +1,7 @@
 """What the servers say about a level of `reelbatch bench --fleet` (jobs.bench.fleet): PostgreSQL's own active time
-and committed transactions in the level's database, its statements by total time (pg_stat_statements, where the
-server loads it), its backends' CPU seconds (from /proc, where the server runs on this machine), and Redis's CPU.
+and transactions (committed or rolled back) in the level's database, its statements by total time
+(pg_stat_statements, where the server loads it), its backends' CPU seconds (from /proc, where the server runs on
+this machine), and Redis's CPU.
 
 Apart from the level runner because each reads a server's own counters, not the rows the simulated workers wrote.
 """
@@ -32,11 +33,13 @@ def backend_cpu(factory, seen: dict[int, float]) -> None:
 
 
 def pg_stats(url: str) -> tuple[float, int]:
-    """PostgreSQL's own account of the level's database: active milliseconds and committed transactions."""
+    """PostgreSQL's own account of the level's database: active milliseconds and transactions, committed or rolled
+    back (a read that ends in ROLLBACK is a transaction as much as a write that commits; a probe in autocommit,
+    jobs.db.connect.reads, commits)."""
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as conn:
-            row = conn.execute(text("SELECT active_time, xact_commit FROM pg_stat_database "
+            row = conn.execute(text("SELECT active_time, xact_commit + xact_rollback FROM pg_stat_database "
                                     "WHERE datname = current_database()")).one()
     finally:
         engine.dispose()

@@ -176,8 +176,9 @@ _READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def reads(factory: sessionmaker[Session]) -> sessionmaker[Session]:
     """Sessions for a single read-only statement, a probe the fleet sends many of (a rendering batch's cancel check,
     a finished run's probe). On PostgreSQL they run in autocommit: the statement alone, without the BEGIN before it
-    and the ROLLBACK after it, a third of the round trips and, measured, about a third of the server's CPU for such a
-    probe (docs/SCALE.md). One statement sees one snapshot either way. Elsewhere (SQLite): `factory` itself."""
+    and the ROLLBACK after it, two round trips where there were four (the pool's pre-ping is the other), measured a
+    fifth less of the client's time per probe (docs/SCALE.md). One statement sees one snapshot either way.
+    Elsewhere (SQLite): `factory` itself."""
     found = _READS.get(factory)
     if found is None:
         engine = factory.kw["bind"]
