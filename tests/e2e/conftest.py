@@ -10,12 +10,17 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "manifests" / "examples" / "demo.yaml"
 
 
-@pytest.fixture
-def cli_env(tmp_path, model_cache):
-    """The embedded default, in a fresh working folder: SQLite, the SQLite broker, a local output folder."""
+def base_env(model_cache) -> dict:
+    """The embedded default (SQLite, the SQLite broker, a local output folder) in whatever folder the CLI runs in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REELBATCH_", "AWS_"))}
     env.update(REELBATCH_CACHE_DIR=str(model_cache), PYTHONUNBUFFERED="1")
     return env
+
+
+@pytest.fixture
+def cli_env(tmp_path, model_cache):
+    """The embedded default, in a fresh working folder: SQLite, the SQLite broker, a local output folder."""
+    return base_env(model_cache)
 
 
 class Cli:

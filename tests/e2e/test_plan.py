@@ -4,9 +4,12 @@ estimate (15% on a controlled clock: tests/jobs/test_estimate.py); then cap a th
 
 import json
 import re
+import shutil
 
 import pytest
 import yaml
+
+from .conftest import Cli, base_env
 
 # Two shapes of the built-in tiny model at 192x192 and 33 frames, in the order the worker claims them: two batches of
 # 4 (the default) each. Batches of about a second and two on a quiet core of this machine: at 128x128, 9 frames and
@@ -39,9 +42,25 @@ def spread(report: dict) -> float:
     return abs(a - b) / ((a + b) / 2)
 
 
-def test_an_estimate_holds_within_15_percent_of_what_the_ledger_then_charges(cli, tmp_path):
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, model_cache):
+    """A folder where `reelbatch run` rendered the manifest "first" (the history an estimate is measured on): run
+    once for the module, copied whole (database, broker file, outputs) into each test's folder, which then holds
+    what it would had the test run "first" itself."""
+    folder = tmp_path_factory.mktemp("first")
+    Cli(folder, {**base_env(model_cache), **ENV})("run", str(manifest(folder, "first", 100)))
+    return folder
+
+
+@pytest.fixture
+def planned(cli, tmp_path, first_run):
+    shutil.copytree(first_run, tmp_path, dirs_exist_ok=True)
     cli.env = {**cli.env, **ENV}
-    cli("run", str(manifest(tmp_path, "first", 100)))
+    return cli
+
+
+def test_an_estimate_holds_within_15_percent_of_what_the_ledger_then_charges(planned, tmp_path):
+    cli = planned
     second = manifest(tmp_path, "second", 900)
     estimate = cli.json("estimate", str(second))
     assert [s["basis"]["kind"] for s in estimate["shapes"]] == ["measured", "measured"]
@@ -66,9 +85,8 @@ def test_an_estimate_holds_within_15_percent_of_what_the_ledger_then_charges(cli
     assert abs(error) <= 0.25
 
 
-def test_a_capped_run_stops_at_its_budget(cli, tmp_path):
-    cli.env = {**cli.env, **ENV}
-    cli("run", str(manifest(tmp_path, "first", 100)))
+def test_a_capped_run_stops_at_its_budget(planned, tmp_path):
+    cli = planned
     capped = manifest(tmp_path, "capped", 900)
     cap = round(cli.json("estimate", str(capped))["cost_usd"] * 0.4, 6)  # room for about six of the sixteen
     proc = cli("run", str(capped), "--set", f"max_cost_usd={cap}", "--json", check=False)
