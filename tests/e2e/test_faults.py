@@ -28,6 +28,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
+from jobs.db.connect import upgrade
 from jobs.db.rows import CostRecord, Video, WorkUnit
 from jobs.db.status import Status
 from storage.encode import probe_mp4
@@ -47,6 +48,11 @@ MAX_BATCH = 3
 # busier machine).
 STEPS = 100
 RESOLUTION, DURATION_S = "192x192", 4.0
+# The first videos of a run are tiny's own small shape (64x64, 9 frames, 4 steps; their own batches, since a batch is
+# one shape): a worker's first batch, which loads the model, renders in a moment, and the batches of the shape above
+# after them, those caught mid-render, are rendered warm. With every video of that shape, two of a run's four
+# batches were cold (27-33 s each on a loaded machine against 13-20 s warm) and mostly served to warm up.
+WARMUP = 6
 RUN = "faults"
 # Bounds for one run of 12 videos on 2 busy cores, generous because the CPU is shared with the test and the servers.
 RUN_TIMEOUT_S = 120
@@ -61,7 +67,8 @@ class Farm:
     db: Engine
     s3: object
     bucket: str
-    videos: int = VIDEOS
+    videos: int = VIDEOS  # all of them, WARMUP included
+    warmup: int = WARMUP
     steps: int = STEPS
     resolution: str = RESOLUTION
     duration_s: float = DURATION_S
@@ -73,9 +80,16 @@ class Farm:
         manifest = self.cwd / "faults.yaml"
         head = (f"name: {RUN}\ndefaults:\n  steps: {self.steps}\n  resolution: {self.resolution}\n"
                 f"  duration_s: {self.duration_s}\nvideos:\n")
+        small = "    steps: 4\n    resolution: 64x64\n    duration_s: 1\n"
         manifest.write_text(head + "".join(f"  - id: v{i:02d}\n    prompt: fault test video {i}\n"
-                                           for i in range(self.videos)))
+                                           + (small if i < self.warmup else "") for i in range(self.videos)))
         return json.loads(self.cli("submit", str(manifest), "--json").stdout)
+
+    def long(self, held: dict) -> bool:
+        """Are the units `held` (id -> row) of the run's long shape, not warm-ups?"""
+        with self.db.connect() as conn:
+            steps = set(conn.scalars(select(Video.steps).where(Video.id.in_([u.video_id for u in held.values()]))))
+        return steps == {self.steps}
 
     def units(self) -> list:
         with self.db.connect() as conn:
@@ -107,8 +121,8 @@ class Farm:
 
 
 def make_farm(tmp_path: Path, cli_env: dict, *, database_url: str, broker_url: str, bucket: str,
-              endpoint_url: str | None = None, videos: int = VIDEOS, steps: int = STEPS, resolution: str = RESOLUTION,
-              duration_s: float = DURATION_S, **settings: object) -> Farm:
+              endpoint_url: str | None = None, videos: int = VIDEOS, warmup: int = WARMUP, steps: int = STEPS,
+              resolution: str = RESOLUTION, duration_s: float = DURATION_S, **settings: object) -> Farm:
     env = {**cli_env, **{k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
     env.update(
         REELBATCH_DATABASE_URL=database_url, REELBATCH_BROKER_URL=broker_url,
@@ -124,9 +138,11 @@ def make_farm(tmp_path: Path, cli_env: dict, *, database_url: str, broker_url: s
     env.update({f"REELBATCH_{k.upper()}": str(v) for k, v in settings.items()})
     s3 = boto3.session.Session().client("s3")  # the test's own view: straight to moto, never through a gate
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    farm = Farm(env, tmp_path, create_engine(database_url, poolclass=NullPool), s3, bucket, videos, steps, resolution,
-                duration_s)
-    farm.cli("db", "upgrade")
+    farm = Farm(env, tmp_path, create_engine(database_url, poolclass=NullPool), s3, bucket, videos, warmup, steps,
+                resolution, duration_s)
+    # In this process, not through `reelbatch db upgrade` (a CLI start-up per test): test_run.py's S3 test and the
+    # fleet and notify tests run that command on PostgreSQL.
+    upgrade(database_url)
     return farm
 
 
@@ -343,11 +359,14 @@ def own_postgres():
 def test_postgres_restart(tmp_path, cli_env, own_postgres, redis_server, s3_env):
     """PostgreSQL restarts twice mid-run (a fast restart, then an outage longer than a lease); the run completes
     and every video succeeded exactly once, within the default 3 attempts (each outage costs a video at most one).
-    The second outage needs work still running once a video has succeeded after the first: with 12 videos a fast CPU
-    had finished the run by then, so this run is 30 videos: five rounds of batches per worker."""
+    The second outage needs work still running once a video has succeeded after the first: with 12 videos, all of
+    the long shape, a fast CPU had finished the run by then. This run has its 6 small warm-up videos (the first
+    success comes from one, so the first restart lands as the long batches start), then 18 of the long shape: three
+    rounds of long batches per worker, where the first restart costs at most the first round (it is rendered
+    again), a success ends it, and the second outage lands in the second, with the third still to go."""
     url = own_postgres.url.rsplit("/", 1)[0] + "/faults"
     farm = make_farm(tmp_path, cli_env, database_url=url, broker_url=redis_server, bucket=s3_env, retry_backoff_s=1,
-                     videos=30)
+                     videos=24)
     with Workers(farm.env, farm.cwd) as workers:
         workers.start(), workers.start()
         farm.submit()
