@@ -32,6 +32,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.cost.prices import Rate, charge
+from jobs.db.connect import reads
 from jobs.db.queries import Factory
 from jobs.db.rows import CostRecord, Video, WorkerSession, utcnow
 from jobs.db.status import Status
@@ -62,7 +63,7 @@ def sweeping_session(factory: Factory, fresh_s: float, now: datetime | None = No
     """The session whose sweeper does the fleet's housekeeping (jobs.work.sweeper): the oldest open one heard from
     within `fresh_s`; None if there is none."""
     now = now or utcnow()
-    with factory() as s:
+    with reads(factory)() as s:  # every worker's sweeper asks every tick
         return s.scalar(select(func.min(WorkerSession.id)).where(
             WorkerSession.ended_at.is_(None), WorkerSession.last_seen_at >= now - timedelta(seconds=fresh_s)))
 

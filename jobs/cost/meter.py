@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
+from sqlalchemy import update
+
 from jobs.cost.prices import Rate
 from jobs.db.queries import Factory
 from jobs.db.rows import WorkerSession, utcnow
@@ -72,16 +74,16 @@ class Meter:
             return
         with self._lock:
             in_flight = self._in_flight
+        # One statement: the row is written only while it is open (a sweeper's close sets ended_at under the same
+        # row lock), and no row written means the session was closed (or is gone).
         with self.factory.begin() as s:
-            row = s.get(WorkerSession, self.session_id, with_for_update=True)
-            if row is None or row.ended_at is not None:
-                reopen = True
-            else:
-                reopen = False
-                row.up_s, row.last_seen_at = self.up_s(), utcnow()
-                row.in_flight_videos = ",".join(map(str, in_flight[0])) if in_flight else None
-                row.in_flight_since_s = max(0.0, in_flight[1] - self._started) if in_flight else None
-        if reopen:
+            beat = s.execute(update(WorkerSession)
+                             .where(WorkerSession.id == self.session_id, WorkerSession.ended_at.is_(None))
+                             .values(up_s=self.up_s(), last_seen_at=utcnow(),
+                                     in_flight_videos=",".join(map(str, in_flight[0])) if in_flight else None,
+                                     in_flight_since_s=max(0.0, in_flight[1] - self._started) if in_flight else None)
+                             .execution_options(synchronize_session=False))
+        if beat.rowcount == 0:
             self.open()
 
     def close(self) -> None:
