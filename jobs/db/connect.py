@@ -10,11 +10,12 @@ from __future__ import annotations
 import ast
 import re
 import weakref
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.errors import SchemaOutOfDate
@@ -173,17 +174,19 @@ def session_factory(url: str) -> sessionmaker[Session]:
 _READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def reads(factory: sessionmaker[Session]) -> sessionmaker[Session]:
-    """Sessions for a single read-only statement, a probe the fleet sends many of (a rendering batch's cancel check,
-    a finished run's probe). On PostgreSQL they run in autocommit: the statement alone, without the BEGIN before it
-    and the ROLLBACK after it, two round trips where there were four (the pool's pre-ping is the other), measured a
-    fifth less of the client's time per probe (docs/SCALE.md). One statement sees one snapshot either way.
-    Elsewhere (SQLite): `factory` itself."""
+def reads(factory: sessionmaker[Session]) -> Callable[[], Connection]:
+    """Connections for a single read-only statement of columns, a probe the fleet sends many of (a rendering batch's
+    cancel check, a finished run's probe, a sweeper tick's): `with reads(factory)() as c: c.scalar(...)`.
+
+    A Core connection, not an ORM session: the session's own machinery was about 0.45 ms of the client's CPU per
+    probe, more than the statement's. On PostgreSQL in autocommit: the statement alone, without the BEGIN before it
+    and the ROLLBACK after it, two round trips where there were four (the pool's pre-ping is the other). One
+    statement sees one snapshot either way (docs/PERFORMANCE.md, "Probes alone"). SQLite: the factory's engine as
+    it is."""
     found = _READS.get(factory)
     if found is None:
         engine = factory.kw["bind"]
-        found = factory
         if engine.url.get_backend_name() == "postgresql":
-            found = sessionmaker(engine.execution_options(isolation_level="AUTOCOMMIT"), expire_on_commit=False)
-        _READS[factory] = found
+            engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        found = _READS[factory] = engine.connect
     return found

@@ -243,17 +243,18 @@ def test_terminal_success_never_changes():
 
 
 def test_a_probe_runs_alone_on_postgres_and_its_connection_goes_back_transactional(postgres_url, registry, tmp_path):
-    """A probe (jobs.db.connect.reads) sends its one statement without a BEGIN: after it the server reports no
-    transaction open. The same pooled connection then serves an ordinary session, inside a transaction again."""
+    """A probe (jobs.db.connect.reads: a Core connection) sends its one statement without a BEGIN: after it the
+    server reports no transaction open. The same pooled connection then serves an ordinary session, inside a
+    transaction again."""
     from psycopg.pq import TransactionStatus
 
     upgrade(postgres_url)
     engine = make_engine(postgres_url, pool_size=1)
     factory = sessionmaker(engine, expire_on_commit=False)
     queries.submit_run(factory, load_manifest(write_manifest(tmp_path), registry=registry), output="file:///tmp/o/")
-    with reads(factory)() as s:
-        assert s.scalar(select(func.count()).select_from(Video)) == 2
-        probe = s.connection().connection.dbapi_connection
+    with reads(factory)() as c:
+        assert c.scalar(select(func.count()).select_from(Video)) == 2
+        probe = c.connection.dbapi_connection
         assert probe.info.transaction_status is TransactionStatus.IDLE
     with factory() as s:
         assert s.scalar(select(func.count()).select_from(Video)) == 2
@@ -266,6 +267,9 @@ def test_a_probe_runs_alone_on_postgres_and_its_connection_goes_back_transaction
     engine.dispose()
 
 
-def test_a_probe_on_sqlite_is_an_ordinary_session(tmp_path):
+def test_a_probe_on_sqlite_reads_what_a_session_committed(tmp_path, registry):
     factory = session_factory(f"sqlite:///{tmp_path / 'p.db'}")
-    assert reads(factory) is factory
+    queries.submit_run(factory, load_manifest(write_manifest(tmp_path), registry=registry), output="file:///tmp/o/")
+    with reads(factory)() as c:
+        assert c.scalar(select(func.count()).select_from(Video)) == 2
+    assert queries.run_finished(factory, "night") is False
