@@ -3,7 +3,7 @@ trained to return what the toy VAE's decoder returns, on the teacher's final lat
 and (optionally) clean clips.
 
 Apart from the student's stages (engine.toy.distill_student) because it trains a different network on different
-data; what they share (the schedule, the checkpoints, the export) is in engine.toy.distill_train.
+data; what they share (the checkpoints, the export) is in engine.toy.distill_train.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from engine import light_decoder
 from engine.toy.distill import DistillConfig, rng_for
 from engine.toy.distill_student import student_finals
-from engine.toy.distill_train import checkpoint_params, resume_params, warmup_cosine
-from engine.toy.plumbing import Logger
+from engine.toy.distill_train import checkpoint_params, resume_params
+from engine.toy.plumbing import Logger, optimizer_step, warmup_cosine
 
 
 def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finished: dict) -> dict:
@@ -47,11 +47,7 @@ def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finis
         for z, frames, n in sources:
             pick = torch.from_numpy(rng.integers(0, len(z), n))
             loss = loss + decoder_loss(decoder(z[pick]), frames[pick], config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(loss, optimizer, params, schedule)
         step += 1
         with torch.no_grad():
             for a, p in zip(average, params):

@@ -3,7 +3,7 @@ transformer trained on the teacher's trajectories (3) and then refined from its 
 own final latents, which the light decoder (engine.toy.distill_decoder) also learns from.
 
 Apart from the decoder's stage because the two train different things on different data; what they share (the
-schedule, the checkpoints, the export) is in engine.toy.distill_train.
+checkpoints, the export) is in engine.toy.distill_train.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from engine.toy.distill import DistillConfig, rng_for
-from engine.toy.distill_train import checkpoint_params, resume_params, warmup_cosine
-from engine.toy.plumbing import Logger
+from engine.toy.distill_train import checkpoint_params, resume_params
+from engine.toy.plumbing import Logger, optimizer_step, warmup_cosine
 
 # Every linear layer of the transformer: attention, feed-forward, the timestep and text embedders, the output.
 # The timestep's modulation (condition_embedder.time_proj) is where a few-step student differs most from its
@@ -101,11 +101,7 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
         if landing:
             keep = keep * length**2 / (length**2).mean()
         loss = (((v - wanted) ** 2) * keep).sum() / _keep_mask(x, prefix).sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(loss, optimizer, params, schedule)
         step += 1
         decay = min(config.ema, (1 + step) / (10 + step))
         with torch.no_grad():

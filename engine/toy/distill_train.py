@@ -1,11 +1,11 @@
 """What the training stages of `toy distill` share (engine.toy.distill_student: stages 3 and 5, the student;
-engine.toy.distill_decoder: stage 4, the light decoder): the learning-rate schedule, checkpoints of a parameter
-list and its moving average that resume a killed stage, and the export of what they trained.
+engine.toy.distill_decoder: stage 4, the light decoder): checkpoints of a parameter list and its moving average that
+resume a killed stage, and the export of what they trained (the schedule and the step are engine.toy.plumbing's, as
+every training stage's).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -35,16 +35,6 @@ def export(pipe, config: DistillConfig, finished: dict, out: Path) -> None:
 
 
 # ---- plumbing -----------------------------------------------------------------------------------------------------
-
-
-def warmup_cosine(optimizer, total: int, warmup: int):
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def checkpoint_params(path: Path, params, average, optimizer, schedule, step: int, seconds: float, cpu: float) -> None:

@@ -68,6 +68,16 @@ def warmup_cosine(optimizer, total: int, warmup: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def optimizer_step(loss: torch.Tensor, optimizer, params, schedule) -> None:
+    """One training step of every stage: the loss's gradients, clipped to norm 1, then the optimizer and the
+    learning-rate schedule."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    schedule.step()
+
+
 def save_checkpoint(path: Path, model, optimizer, schedule, step: int, seconds: float, average=None) -> None:
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
              "step": step, "seconds": seconds}

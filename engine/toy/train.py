@@ -55,6 +55,7 @@ from engine.toy.plumbing import (
     Progress,
     check_config,
     encode_clips,
+    optimizer_step,
     resume,
     save_checkpoint,
     stage_rng,
@@ -165,11 +166,7 @@ def _train_vae(pipe, config: TrainConfig, work: Path, logger: "Logger", finished
         mse = (weight * (recon - clips) ** 2).mean() / weight.mean()
         kl = 0.5 * (mean.pow(2) + logvar.exp() - 1.0 - logvar).mean()
         loss = mse + (0.0 if decoder_only else config.kl_weight * kl)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(loss, optimizer, params, schedule)
         step += 1
         loss_value = mse.item()
         if step % config.log_every == 0 or step == total:

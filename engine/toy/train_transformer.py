@@ -15,7 +15,15 @@ import numpy as np
 import torch
 
 from engine.toy.model import FRAMES, HEIGHT, MAX_SEQUENCE_LENGTH, SCHEDULER_SHIFT, TEMPORAL, WIDTH
-from engine.toy.plumbing import Logger, encode_clips, resume, save_checkpoint, stage_rng, warmup_cosine
+from engine.toy.plumbing import (
+    Logger,
+    encode_clips,
+    optimizer_step,
+    resume,
+    save_checkpoint,
+    stage_rng,
+    warmup_cosine,
+)
 from engine.toy.world import COMBINATIONS, dataset
 
 if TYPE_CHECKING:  # the config's type only: engine.toy.train imports this module
@@ -131,11 +139,7 @@ def _flow_matching(model, config: TrainConfig, work: Path, logger: "Logger", *, 
         v = model(x_t, timestep, text, return_dict=False)[0]
         loss = ((v - (noise - x0)) ** 2 * keep).sum() / keep.sum() if prefix.any() \
             else torch.nn.functional.mse_loss(v, noise - x0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(loss, optimizer, model.parameters(), schedule)
         step += 1
         decay = ema if fixed_decay else min(ema, (1 + step) / (10 + step))
         with torch.no_grad():
