@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Row, func, or_, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.types import Shape
@@ -193,7 +194,7 @@ def unserved_pending(factory: Factory, stale_after_s: float) -> dict[str, int]:
     return {model: n for model, n in sorted(pending) if model not in served}
 
 
-def _run_id(s: Session, run: str) -> int:
+def _run_id(s: Session | Connection, run: str) -> int:
     """A run named by id or by name."""
     found = s.scalar(select(Run.id).where(Run.name == run))
     if found is None and run.isascii() and run.isdigit():  # '١٢' is a name, never run 12

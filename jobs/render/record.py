@@ -53,18 +53,13 @@ def add_render(video: Video, render_s: float, stages: dict[str, float], *, after
         setattr(video, f"{stage}_s", mine if before is None else before + (mine or 0.0))
 
 
-def mark_uploading(factory: Factory, unit: ClaimedUnit, sha256: str) -> bool:
-    """Record, before the upload, the checksum about to be stored at the video's key. False if the lease was lost.
+def mark_all_uploading(factory: Factory, marks: list[tuple[ClaimedUnit, str]]) -> set[int]:
+    """Record, before the uploads, the checksum each video is about to store at its key, for a batch's videos in one
+    transaction, each fenced alone; the ids of the units whose lease is held (the others are left as they are).
 
-    If this worker dies after the upload but before record_success, the next attempt finds an object with exactly
+    If this worker dies after an upload but before record_successes, the next attempt finds an object with exactly
     this checksum at the key and adopts it, instead of rendering again and failing on a conflict with itself.
     """
-    return unit.unit_id in mark_all_uploading(factory, [(unit, sha256)])
-
-
-def mark_all_uploading(factory: Factory, marks: list[tuple[ClaimedUnit, str]]) -> set[int]:
-    """mark_uploading for a batch's videos in one transaction, each fenced alone; the ids of the units whose lease
-    is held (the others are left as they are)."""
     if not marks:
         return set()
     with factory.begin() as s:

@@ -78,7 +78,7 @@ class ClaimedUnit:
     fps: int
     frames: int
     attempts: int
-    # The checksum an earlier attempt was about to upload, if any (jobs.render.record.mark_uploading).
+    # The checksum an earlier attempt was about to upload, if any (jobs.render.record.mark_all_uploading).
     upload_sha256: str | None = None
     # A long video's chunk (engine.chunks): which one, of how many, sharing how many latent frames.
     chunk: int = 0

@@ -227,7 +227,7 @@ def test_a_batch_of_checksums_is_one_transaction_that_skips_only_a_lost_lease(fa
     with factory() as session:
         marked = {v.key: v.upload_sha256 for v in session.scalars(select(Video))}
     assert marked == {"a": None, "b": "bb" * 32}, "the stale token wrote nothing; its neighbour's checksum stands"
-    assert record.mark_uploading(factory, a, "ab" * 32) is True
+    assert record.mark_all_uploading(factory, [(a, "ab" * 32)]) == {a.unit_id}
     with factory() as session:
         assert session.get(Video, a.video_id).upload_sha256 == "ab" * 32
     assert record.mark_all_uploading(factory, []) == set()

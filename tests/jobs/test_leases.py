@@ -84,7 +84,7 @@ def test_expired_lease_is_reaped_and_the_old_holder_is_fenced_out(factory, regis
     assert not record.record_success(factory, unit, out, rate)
     assert not record.record_failure(factory, unit, "late")
     assert record.record_retry(factory, unit, "late", max_attempts=3, backoff_s=0) is None
-    assert not record.mark_uploading(factory, unit, "cd" * 32)
+    assert record.mark_all_uploading(factory, [(unit, "cd" * 32)]) == set()
     assert not leases.release(factory, unit)
     assert leases.renew(factory, old.units, 60) == set()
     assert leases.renew(factory, new.units, 60) == {u.unit_id for u in new.units}

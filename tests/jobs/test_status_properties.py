@@ -85,7 +85,7 @@ class Lifecycle(RuleBasedStateMachine):
         elif outcome == "release":
             leases.release(self.factory, unit)
         else:
-            record.mark_uploading(self.factory, unit, "cd" * 32)
+            record.mark_all_uploading(self.factory, [(unit, "cd" * 32)])
 
     @rule()
     def expire_and_reap(self):
