@@ -6,6 +6,10 @@ from pathlib import Path
 
 import pytest
 
+# The fault tests' shared checks (check_exactly_once) assert there: rewritten like a test module's, so a failure
+# shows its values.
+pytest.register_assert_rewrite("tests.e2e.farm")
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "manifests" / "examples" / "demo.yaml"
 

@@ -1,7 +1,7 @@
 """Preemption: a worker on a spot instance gets SIGTERM with a short grace in the middle of a batch. It stops at the
 next step, hands its units back at once, and exits; another worker renders them, each exactly once, long before the
 units' leases could have expired. Production parts (PostgreSQL, Redis, S3), as in tests/e2e/test_faults.py, whose
-checks this reuses.
+farm and checks (tests/e2e/farm.py) this reuses.
 
 Leases here are the default two minutes, so work that came back by expiry would show it twice over: later than
 the test waits, and with an attempt counted (the reaper counts the expired claim; a hand-back does not).
@@ -18,8 +18,8 @@ from jobs.db.rows import CostRecord, Video, WorkUnit
 from jobs.db.status import Status
 from storage.encode import probe_mp4
 
+from .farm import RUN, check_exactly_once, make_farm, rendering_holder, wait_done
 from .procs import Workers, wait_for
-from .test_faults import RUN, check_exactly_once, make_farm, rendering_holder, wait_done
 
 LEASE_S = 120  # REELBATCH_LEASE_S's default
 
@@ -47,7 +47,7 @@ def test_sigterm_with_a_short_grace_hands_the_batch_to_another_worker_at_once(tm
 
         def spot_rendering():  # warm (a batch done: its first loaded the model), on a batch of the long shape
             # Asked of the spot worker alone: the other may be mid-render at the same moment. A batch of the run's
-            # small warm-up videos (tests/e2e/test_faults.py) renders within the grace: nothing would be handed back.
+            # small warm-up videos (tests/e2e/farm.py) renders within the grace: nothing would be handed back.
             found = rendering_holder(farm, workers, only=spot)
             return found if found is not None and farm.long(found[1]) else None
 
