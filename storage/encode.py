@@ -18,7 +18,7 @@ from typing import BinaryIO
 import av
 import numpy as np
 
-from storage.codecs import CODECS, CRF_MAX, CRF_MIN, PRESETS, unsafe_width
+from storage.codecs import CODECS, CRF_MAX, CRF_MIN, PRESETS, encoder_params, unsafe_size
 
 _CRF_RANGE = range(CRF_MIN, CRF_MAX + 1)
 
@@ -64,13 +64,10 @@ def encode_mp4(frames: np.ndarray, fps: int, *, crf: int = 18, codec: str = "h26
         raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {codec!r}")
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    if unsafe_width(codec, frames.shape[2]):
-        raise ValueError(f"{codec} cannot encode frames {frames.shape[2]} pixels wide with this build "
-                         "(storage.codecs.UNSAFE_WIDTHS)")
-    options = {"crf": str(int(crf)), "preset": preset}
-    if codec == "h265":
-        options["x265-params"] = "log-level=error"  # x265 prints its settings to stderr at info level otherwise
     count, height, width, _ = frames.shape
+    if (unsafe := unsafe_size(codec, width, height)) is not None:
+        raise ValueError(f"{unsafe} (storage.codecs.unsafe_size)")
+    options = {"crf": str(int(crf)), "preset": preset, **encoder_params(codec, width, height)}
     fps = int(fps)
     time_base = Fraction(1, fps)
 

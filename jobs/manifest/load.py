@@ -39,7 +39,7 @@ from jobs.manifest.room import check_room
 from jobs.manifest.specs import Report, RunSpec, VideoSpec
 from jobs.manifest.values import INVALID, MAX_VIDEOS, FieldError, Item, Map, Seq, shown
 from jobs.manifest.yaml_read import load_yaml, yaml_scalar
-from storage.codecs import DEFAULT, Encoding, unsafe_width
+from storage.codecs import DEFAULT, Encoding, unsafe_size
 
 
 def load_manifest(
@@ -145,9 +145,8 @@ def _assemble(top, entries, report, registry, path, allowed, fallback, name, mod
         video = _video(item, prefix, defaults, checks, info, seen, defaults_too_long, report)
         if video is None or not check_video_image(item.value, prefix, defaults, video, info, takers, report):
             continue
-        if codec is not INVALID and unsafe_width(codec, video.width):
-            report(video.line, prefix + "resolution", f"width {video.width} cannot be encoded as {codec}: libx265 "
-                                                      "corrupts memory at that width; use h264 or another width")
+        if codec is not INVALID and (unsafe := unsafe_size(codec, video.width, video.height)) is not None:
+            report(video.line, prefix + "resolution", f"{unsafe}; use h264 or another size")
         else:
             videos.append(video)
     if report.issues:

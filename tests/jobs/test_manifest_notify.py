@@ -122,11 +122,14 @@ def test_prefixes_match_whole_path_parts_and_default_ports():
             check_allowed(outside, allowed)
 
 
-def test_h265_at_the_width_libx265_cannot_encode_is_refused_at_the_video(tmp_path):
-    """This libx265 build corrupts its heap on frames 48 pixels wide (storage.codecs.UNSAFE_WIDTHS): refused at
-    submit, naming the video's line; 64 wide and h264 at 48 pass."""
+def test_h265_at_a_size_libx265_cannot_encode_is_refused_at_the_video(tmp_path):
+    """This libx265 build corrupts its heap on frames 48 pixels wide (storage.codecs.UNSAFE_WIDTHS), and encodes a
+    side of 16 to other bytes from run to run: each refused at submit, naming the video's line; 64x32 and h264 at
+    48 pass."""
     path = write(tmp_path, "name: t\ncodec: h265\nvideos:\n  - {id: a, prompt: p, resolution: 48x32}\n"
-                           "  - {id: b, prompt: p, resolution: 64x32}\n")
+                           "  - {id: b, prompt: p, resolution: 64x32}\n  - {id: c, prompt: p, resolution: 64x16}\n")
     expect(path, 4, "videos[0].resolution", "width 48 cannot be encoded as h265: libx265 corrupts memory at that "
-                                            "width; use h264 or another width")
+                                            "width; use h264 or another size")
+    expect(path, 6, "videos[2].resolution", "height 16 cannot be encoded as h265: libx265 encodes a side that small "
+                                            "to different bytes from run to run; use h264 or another size")
     assert load(write(tmp_path, "name: t\nvideos:\n  - {id: a, prompt: p, resolution: 48x32}\n")).videos[0].width == 48
