@@ -82,7 +82,8 @@ def load_manifest(
     fallback = None if default_output is None else _canonical("default output", default_output)
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".jsonl"):
-        report(0, "(file)", f"{path.name!r} is not a manifest name: use .yaml or .yml (a run) or .jsonl (a video a line)")
+        report(0, "(file)",
+               f"{path.name!r} is not a manifest name: use .yaml or .yml (a run) or .jsonl (a video a line)")
         report.raise_any()
     text = read_text(path, report)
     if text is None:
