@@ -1,0 +1,98 @@
+"""`reelbatch bench --quality`: lossy settings measured against exact mode, or a distilled registration against its
+teacher (jobs.bench.quality, jobs.quality.distilled), recorded as gates and printed."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from rich.progress import Progress, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from jobs.bench.presets import CANDIDATES
+from jobs.cli.console import err, fail, out, progress_text
+from jobs.errors import ReelbatchError, UsageError
+from jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from jobs.bench.quality import QualityBench
+    from jobs.quality.distilled import DistilledJudgement
+
+
+def bench_quality(model: str, setting: list[str] | None, count: int, batch: int, json_: bool) -> None:
+    try:
+        settings = Settings.from_env()
+        registry = settings.registry()
+    except ReelbatchError as exc:
+        fail(exc)
+    distilled = model in registry and registry.get(model).teacher is not None
+    if distilled and setting:
+        fail(UsageError(f"--setting: {model!r} is distilled; its gate is against its teacher, not a lossy setting"))
+    with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
+                  disable=json_) as bar:
+        task = bar.add_task("bench --quality")
+        describe = lambda name: bar.update(task, description=f"rendering {name}")  # noqa: E731
+        try:
+            if distilled:
+                from jobs.quality.distilled import judge_registration  # here, not at the top: torch only when rendering
+
+                judged = judge_registration(settings, model, count=count, batch=batch, on_model=describe)
+            else:
+                from jobs.bench.quality import run_quality_bench  # here, not at the top: torch only when rendering
+
+                result = run_quality_bench(settings, model, setting or list(CANDIDATES), count=count, batch=batch,
+                                           on_setting=describe)
+        except ReelbatchError as exc:
+            fail(exc)
+    if distilled:
+        if json_:
+            out.print_json(json.dumps(judged.to_dict()))
+        else:
+            print_distilled(judged)
+        return
+    if json_:
+        out.print_json(json.dumps(result.to_dict()))
+    else:
+        print_quality_bench(result)
+
+
+def print_distilled(r: DistilledJudgement) -> None:
+    g = r.gate
+    out.print(Text.assemble(("bench --quality", "bold"),
+                            f" {g.model} against its teacher {g.teacher}: {g.count} videos each at its defaults, "
+                            f"judged after MP4; {r.student_s:.2f} s against the teacher's {r.teacher_s:.2f} s "
+                            f"({g.speedup:.1f}x)"), highlight=False)
+    table = Table("attribute", g.teacher, g.model, "at least", box=None)
+    for name in ("colour", "shape", "direction", "background", "all_four"):
+        floor = "" if name == "all_four" else f"{100 * (g.exact_adherence[name] - 0.02):.1f}"
+        table.add_row(name, f"{100 * g.exact_adherence[name]:.1f}", f"{100 * g.adherence[name]:.1f}", floor)
+    out.print(table)
+    out.print(f"flicker {g.flicker:.2f} (the teacher's {g.teacher_flicker:.2f}; at most {r.flicker_ratio:g}x); "
+              f"blank frames {g.blank_frames} (the teacher's {g.teacher_blank_frames})", highlight=False)
+    out.print(f"PSNR against the teacher's renders, for information (another model draws other pixels): mean "
+              f"{g.psnr_db_mean:.1f} dB, worst video {g.psnr_db_min:.1f} dB", highlight=False)
+    verdict = "passed: workers may render it" if g.passed else "FAILED: " + "; ".join(g.failures)
+    out.print(f"distilled gate {verdict} (recorded)", highlight=False)
+
+
+def print_quality_bench(r: QualityBench) -> None:
+    from jobs.bench.quality import ATTRIBUTES  # the module renders (torch); this only runs after it has
+
+    s = r.shape
+    out.print(Text("bench --quality", style="bold"), f"{r.model}: {r.count} videos of {s['width']}x{s['height']}, "
+              f"{s['frames']} frames, {s['steps']} steps, guidance {s['guidance']:g}, batches of {r.batch}; exact "
+              f"mode {r.exact_s:.2f} s", highlight=False)
+    # Adherence in percent, per attribute: colour, shape, direction, background, all four.
+    table = Table("setting", "speed", "PSNR mean/min", "SSIM", "col", "shp", "dir", "bg", "all", "gate", box=None)
+    pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
+    table.add_row("exact", "1.00x", "", "", *(pct(r.exact_adherence[a]) for a in ATTRIBUTES), "")
+    for g in r.gates:
+        table.add_row(g.setting.replace(",", ", "), f"{g.speedup:.2f}x", f"{g.psnr_db_mean:.1f}/{g.psnr_db_min:.1f}", f"{g.ssim_min:.2f}",
+                      *(pct(g.adherence[a]) for a in ATTRIBUTES), "pass" if g.passed else "FAIL")
+    out.print(table)
+    for g in r.gates:
+        if not g.passed:
+            out.print(f"{g.setting}: {'; '.join(g.failures)}", highlight=False)
+    out.print("recorded; a worker may use: " + (", ".join(g.setting for g in r.gates if g.passed) or "none"),
+              highlight=False)
