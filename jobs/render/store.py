@@ -22,7 +22,7 @@ from jobs.render import keys, record
 from jobs.render.attempts import count_success, retry
 from jobs.render.chunks import drop_checkpoints, stitch_long, store_chunk
 from jobs.render.finisher import BatchResult
-from jobs.render.posters import put_poster
+from jobs.render.posters import adopted_poster, put_poster
 from jobs.render.record import VideoOutput
 from jobs.settings import Settings
 from jobs.work import prometheus
@@ -246,12 +246,21 @@ def _upload(claim: Claim, mark_s: float, seam_review: float, unit: ClaimedUnit, 
     recording the checksums, counts in its upload seconds."""
     start = time.perf_counter()
     model = claim.batch.shape.model
+    store, key = keys.store_for(unit.output), keys.object_key(unit.run_name, unit.key)
     try:
-        stored = keys.store_for(unit.output).put(
-            keys.object_key(unit.run_name, unit.key), step.data, sha256=step.digest, content_type="video/mp4",
-            metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": model},
-        )
-        poster_uri = put_poster(unit, step.poster, model)
+        try:
+            stored = store.put(key, step.data, sha256=step.digest, content_type="video/mp4",
+                               metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": model})
+            poster_uri = put_poster(unit, step.poster, model)
+        except ObjectConflict:
+            # The object at the key may be this video's own, from an earlier attempt whose upload landed after this
+            # attempt found the key empty (a worker frozen past its lease, then thawed): its checksum is the one that
+            # attempt recorded just before uploading. Adopt it, as a retry adopts an upload found at its claim.
+            found = store.stat(key)
+            if found is None or not unit.upload_sha256 or found.sha256 != unit.upload_sha256:
+                raise
+            log.warning("%s: adopting the MP4 an earlier attempt stored after this one rendered", unit.key)
+            stored, poster_uri = found, adopted_poster(unit, model)
     except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
         return _failed(unit, exc)
     seams = step.video.seam_score
@@ -261,8 +270,9 @@ def _upload(claim: Claim, mark_s: float, seam_review: float, unit: ClaimedUnit, 
 
 
 def _failed(unit: ClaimedUnit, exc: Exception) -> Conflict | Retry:
-    """What an error while storing a video means for it: another object at its key fails it now (retrying cannot
-    help); anything else may pass, so it is retried."""
+    """What an error while storing a video means for it: another object at its key (not one an earlier attempt of
+    this video stored: _upload adopts that) fails it now, as retrying cannot help; anything else may pass, so it is
+    retried."""
     if isinstance(exc, ObjectConflict):
         return Conflict(f"ObjectConflict: {exc}")
     log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)

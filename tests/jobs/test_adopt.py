@@ -1,5 +1,6 @@
-"""A retry of a video whose earlier attempt uploaded its MP4 but died before recording it, through the real path:
-claim -> tiny engine -> PyAV -> an S3-protocol server behind a TCP gate the test shuts like an outage -> rows."""
+"""Retries of a video whose earlier attempt uploaded its MP4 (or was about to) but never recorded it, through the real
+path: claim -> tiny engine -> PyAV -> a store (an S3-protocol server behind a TCP gate the test shuts like an outage,
+or a local folder) -> rows."""
 
 import dataclasses
 import hashlib
@@ -19,6 +20,7 @@ from jobs.render import record
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
 from jobs.work import leases
+from storage.local import LocalStore
 from tests.e2e.procs import TcpGate
 
 
@@ -79,3 +81,55 @@ def test_a_retry_that_cannot_check_its_earlier_upload_waits_for_the_store_instea
         v0 = s.scalar(select(Video))
     assert Status(v0.status) is Status.SUCCEEDED and v0.sha256 == hashlib.sha256(body).hexdigest()
     assert v0.uri == f"s3://{s3_env}/a/v0.mp4" and v0.render_s == 0.0, "adopted, not rendered again"
+
+
+class Died(BaseException):
+    """The worker's death, as the store saw it: nothing after it runs (a BaseException, so no handler takes it)."""
+
+
+def test_an_earlier_attempts_upload_that_lands_after_the_retry_rendered_is_adopted_not_a_conflict(
+        tmp_path, model_cache, registry, monkeypatch):
+    """Worker A records v0's checksum and freezes before its upload lands; its lease expires; worker B, on another
+    machine whose engine rounds differently, finds the key empty and renders v0 again. Then A thaws and its upload
+    lands, before B's. B's MP4 meets A's as a different object: it is v0's own (its checksum is the one A recorded),
+    so B adopts it instead of failing v0 as a conflict."""
+    manifest = tmp_path / "a.yaml"
+    manifest.write_text("name: a\ndefaults: {steps: 2}\nvideos:\n  - {id: v0, prompt: video 0}\n")
+    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'a.db'}",
+                                   cache_dir=model_cache, lease_s=0.5, retry_backoff_s=0.01)
+    factory = session_factory(settings.database_url)
+    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=f"file://{tmp_path}/out/")
+    # A renders in bfloat16 (as on a GPU), B in float32: the same video, other roundings, other bytes.
+    engine_a = Engine(dataclasses.replace(settings.engine_config(), dtype="bf16"), registry)
+    engine_b = Engine(settings.engine_config(), registry)
+    held = {}
+
+    def frozen_put(self, key, data, **kwargs):
+        held.update(key=key, data=data, sha256=kwargs["sha256"])
+        raise Died
+
+    with monkeypatch.context() as m:
+        m.setattr(LocalStore, "put", frozen_put)
+        with pytest.raises(Died):
+            render_next_batch(settings, engine_a, factory)
+    with factory() as s:
+        assert s.scalar(select(Video.upload_sha256)) == held["sha256"]
+    time.sleep(0.7)
+    assert leases.reap_expired(factory, max_attempts=5) == {"tiny": 1}
+
+    render = engine_b.render
+
+    def render_then_a_thaws(*args, **kwargs):
+        rendered = render(*args, **kwargs)
+        LocalStore(tmp_path / "out").put(held["key"], held["data"], sha256=held["sha256"], metadata={})
+        return rendered
+
+    engine_b.render = render_then_a_thaws
+    result = render_next_batch(settings, engine_b, factory)
+    assert (result.claimed, result.succeeded, result.failed) == (1, 1, 0)
+    with factory() as s:
+        v0 = s.scalar(select(Video))
+    assert v0.upload_sha256 != held["sha256"], "B encoded the same bytes as A: nothing here would conflict"
+    assert Status(v0.status) is Status.SUCCEEDED and v0.sha256 == held["sha256"], v0.last_error
+    assert (tmp_path / "out" / "a" / "v0.mp4").read_bytes() == held["data"]
+    assert v0.poster_uri == f"file://{tmp_path}/out/a/v0.jpg" and (tmp_path / "out" / "a" / "v0.jpg").is_file()
