@@ -33,18 +33,24 @@ def gate(s3_server, monkeypatch):
     gate.close()
 
 
+def one_video_run(tmp_path, model_cache, registry, output: str):
+    """Run `a` of one tiny video, v0 (2 steps), submitted to SQLite for `output`; leases of 0.5 s."""
+    manifest = tmp_path / "a.yaml"
+    manifest.write_text("name: a\ndefaults: {steps: 2}\nvideos:\n  - {id: v0, prompt: video 0}\n")
+    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'a.db'}",
+                                   cache_dir=model_cache, lease_s=0.5, retry_backoff_s=0.01)
+    factory = session_factory(settings.database_url)
+    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=output)
+    return settings, factory
+
+
 def test_a_retry_that_cannot_check_its_earlier_upload_waits_for_the_store_instead_of_rendering(
         tmp_path, model_cache, registry, s3_env, gate, monkeypatch):
     """The first attempt stores v0's MP4 and dies before recording it. The retry comes while the store is down: it
     cannot ask whether that MP4 is there, so it retries without a render (a render again could make other bytes,
     which would then meet the stored MP4 as a conflict and fail the video), keeping the recorded checksum. Once the
     store answers, the next attempt adopts the MP4 the first one stored, and nothing is rendered a second time."""
-    manifest = tmp_path / "a.yaml"
-    manifest.write_text("name: a\ndefaults: {steps: 2}\nvideos:\n  - {id: v0, prompt: video 0}\n")
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'a.db'}",
-                                   cache_dir=model_cache, lease_s=0.5, retry_backoff_s=0.01)
-    factory = session_factory(settings.database_url)
-    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=f"s3://{s3_env}/")
+    settings, factory = one_video_run(tmp_path, model_cache, registry, f"s3://{s3_env}/")
     engine = Engine(settings.engine_config(), registry)
     renders = []
     render = engine.render
@@ -93,12 +99,7 @@ def test_an_earlier_attempts_upload_that_lands_after_the_retry_rendered_is_adopt
     machine whose engine rounds differently, finds the key empty and renders v0 again. Then A thaws and its upload
     lands, before B's. B's MP4 meets A's as a different object: it is v0's own (its checksum is the one A recorded),
     so B adopts it instead of failing v0 as a conflict."""
-    manifest = tmp_path / "a.yaml"
-    manifest.write_text("name: a\ndefaults: {steps: 2}\nvideos:\n  - {id: v0, prompt: video 0}\n")
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'a.db'}",
-                                   cache_dir=model_cache, lease_s=0.5, retry_backoff_s=0.01)
-    factory = session_factory(settings.database_url)
-    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=f"file://{tmp_path}/out/")
+    settings, factory = one_video_run(tmp_path, model_cache, registry, f"file://{tmp_path}/out/")
     # A renders in bfloat16 (as on a GPU), B in float32: the same video, other roundings, other bytes.
     engine_a = Engine(dataclasses.replace(settings.engine_config(), dtype="bf16"), registry)
     engine_b = Engine(settings.engine_config(), registry)
