@@ -207,15 +207,13 @@ def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
     its bytes would then meet that object as a conflict and fail the video; the retry asks the store again."""
     adopted, todo, unchecked = 0, [], []
     for unit in claim.units:
-        found = None
-        if unit.upload_sha256:
-            try:
-                found = keys.store_for(unit.output).stat(keys.object_key(unit.run_name, unit.key))
-            except StoreError as exc:
-                log.warning("%s: cannot check its earlier upload, retried without a render: %s", unit.key, exc)
-                unchecked.append((unit, f"{type(exc).__name__}: {exc}"))
-                continue
-        if found is not None and found.sha256 == unit.upload_sha256:
+        try:
+            found = keys.earlier_upload(unit)
+        except StoreError as exc:
+            log.warning("%s: cannot check its earlier upload, retried without a render: %s", unit.key, exc)
+            unchecked.append((unit, f"{type(exc).__name__}: {exc}"))
+            continue
+        if found is not None:
             out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0,
                               poster_uri=adopted_poster(unit, claim.batch.shape.model))
             recorded = record.record_success(factory, unit, out, meter.rate, settings.storage_price(),

@@ -246,18 +246,19 @@ def _upload(claim: Claim, mark_s: float, seam_review: float, unit: ClaimedUnit, 
     recording the checksums, counts in its upload seconds."""
     start = time.perf_counter()
     model = claim.batch.shape.model
-    store, key = keys.store_for(unit.output), keys.object_key(unit.run_name, unit.key)
     try:
         try:
-            stored = store.put(key, step.data, sha256=step.digest, content_type="video/mp4",
-                               metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": model})
+            stored = keys.store_for(unit.output).put(
+                keys.object_key(unit.run_name, unit.key), step.data, sha256=step.digest, content_type="video/mp4",
+                metadata={"run": unit.run_name, "id": unit.key, "seed": str(unit.seed), "model": model},
+            )
             poster_uri = put_poster(unit, step.poster, model)
         except ObjectConflict:
             # The object at the key may be this video's own, from an earlier attempt whose upload landed after this
-            # attempt found the key empty (a worker frozen past its lease, then thawed): its checksum is the one that
-            # attempt recorded just before uploading. Adopt it, as a retry adopts an upload found at its claim.
-            found = store.stat(key)
-            if found is None or not unit.upload_sha256 or found.sha256 != unit.upload_sha256:
+            # attempt found the key empty (a worker frozen past its lease, then thawed). Adopt it, as a retry adopts
+            # an upload found at its claim.
+            found = keys.earlier_upload(unit)
+            if found is None:
                 raise
             log.warning("%s: adopting the MP4 an earlier attempt stored after this one rendered", unit.key)
             stored, poster_uri = found, adopted_poster(unit, model)
