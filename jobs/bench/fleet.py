@@ -33,7 +33,7 @@ from jobs.bench.fleet_stats import backend_cpu, pg_stats, redis_cpu, server_stat
 from jobs.bench.scratch import drop_queues, require_services, scratch_database, scratch_queue
 from jobs.db import queries
 from jobs.db.connect import session_factory
-from jobs.db.rows import CostRecord, Video
+from jobs.db.rows import CostRecord, Video, as_utc
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
 from jobs.reports.stats import percentiles, span_s
@@ -59,19 +59,23 @@ class FleetLevel:
     videos: int
     batches: int
     span_s: float
-    cycles_per_s: float
+    cycles_per_s: float  # over the whole span (first claim to last record), its start and its drain included
     offered_cycles_per_s: float  # if the control plane took no time: workers / (batch_s x factor)
-    claim_ms: dict[str, float]
+    claim_ms: dict[str, float]  # every claim of the level
+    # Sustained: the middle of the level (Steady), where every worker is at work; what supports_gpus and ok judge.
+    steady_s: float
+    steady_cycles_per_s: float
+    steady_claim_ms: dict[str, float]
     db_active_ms_per_video: float  # PostgreSQL's active time in the level's database (lock waits included)
     db_cpu_ms_per_video: float | None  # its backends' CPU time, where the server runs on this machine
     transactions_per_video: float
     statements_per_video: float  # as the simulated workers sent them
-    supports_gpus: float  # cycles_per_s x batch_s
+    supports_gpus: float  # steady_cycles_per_s x batch_s
     duplicates: int  # videos charged for more than one successful render
     lost: int  # videos neither succeeded nor failed when the level ended
     failed: int  # videos failed: their leases expired on every attempt (a simulated worker starved of CPU)
     wasted_attempts: int  # claims beyond each video's first
-    worker_cpu_s: float  # the simulated workers' processes
+    worker_cpu_s: float  # the simulated workers' processes, from their workers' start (not their imports)
     redis_cpu_s: float
     # The statements sent most, per video, as the client timed them: what the database spends its time on.
     statements: list[dict]
@@ -80,11 +84,12 @@ class FleetLevel:
 
     @property
     def keeps_up(self) -> float:
-        return self.cycles_per_s / self.offered_cycles_per_s if self.offered_cycles_per_s else 0.0
+        """Sustained cycles over offered ones."""
+        return self.steady_cycles_per_s / self.offered_cycles_per_s if self.offered_cycles_per_s else 0.0
 
     @property
     def ok(self) -> bool:
-        return (self.keeps_up >= KEEPS_UP and self.claim_ms["p99"] < CLAIM_P99_MS and not self.duplicates
+        return (self.keeps_up >= KEEPS_UP and self.steady_claim_ms["p99"] < CLAIM_P99_MS and not self.duplicates
                 and not self.lost and not self.failed)
 
     def to_dict(self) -> dict:
@@ -191,6 +196,31 @@ def _unfinished(factory) -> int:
                                                                                         Status.RUNNING])))
 
 
+@dataclass(frozen=True)
+class Steady:
+    """The sustained part of a level: from when a tenth of its videos had finished to when nine tenths had. Before
+    it the simulated workers are still starting (threads, sessions, consumers: seconds on two cores while the first
+    ones already claim); after it the work runs out unevenly between models. A fleet rendering all night is in the
+    middle, so the verdict is taken there."""
+
+    seconds: float
+    cycles_per_s: float
+    claim_s: list[float]  # the claims that ended inside it
+
+    @classmethod
+    def of(cls, finished: list[float], batches: int, claims: list[tuple[float, float]]) -> Steady:
+        """`finished`: each video's finish (epoch seconds); `batches`: how many batches recorded them all; `claims`:
+        (when it ended, seconds) per claim. A cycle is a batch: videos finished inside / the mean batch's videos."""
+        ends = sorted(finished)
+        if len(ends) < 10 or not batches:
+            return cls(0.0, 0.0, [])
+        lo, hi = ends[len(ends) // 10], ends[len(ends) * 9 // 10]
+        inside = sum(1 for t in ends if lo < t <= hi)
+        seconds = hi - lo
+        cycles = inside / (len(ends) / batches) / seconds if seconds > 0 else 0.0
+        return cls(seconds, cycles, [s for at, s in claims if lo <= at <= hi])
+
+
 def _from_rows(factory, workers: int, factor: float, batch_s: float, results: list[dict], before, after,
                redis_cpu_s: float, server_statements: list[dict] | None) -> FleetLevel:
     with factory() as s:
@@ -203,16 +233,21 @@ def _from_rows(factory, workers: int, factor: float, batch_s: float, results: li
     claims = [t * 1000 for r in results for t in r["claim_s"]]
     videos = max(len(done), 1)
     cycles = batches / span if span else 0.0
+    steady = Steady.of([as_utc(r.finished_at).timestamp() for r in done], batches,
+                       [(at, s) for r in results for s, at in zip(r["claim_s"], r["claim_at"])])
+    no_claims = dict.fromkeys(("p50", "p95", "p99", "max"), 0.0)
     return FleetLevel(
         workers=workers, gpus=workers / factor, videos=len(rows), batches=batches, span_s=span, cycles_per_s=cycles,
         offered_cycles_per_s=workers / (batch_s * factor),
-        claim_ms=percentiles(claims) or dict.fromkeys(("p50", "p95", "p99", "max"), 0.0),
+        claim_ms=percentiles(claims) or no_claims,
+        steady_s=steady.seconds, steady_cycles_per_s=steady.cycles_per_s,
+        steady_claim_ms=percentiles([s * 1000 for s in steady.claim_s]) or no_claims,
         db_active_ms_per_video=(after[0] - before[0]) / videos,
         db_cpu_ms_per_video=(None if results[0].get("backend_cpu_s") is None
                              else results[0]["backend_cpu_s"] * 1000 / videos),
         transactions_per_video=(after[1] - before[1]) / videos,
         statements_per_video=sum(r["statements"] for r in results) / videos,
-        supports_gpus=cycles * batch_s,
+        supports_gpus=steady.cycles_per_s * batch_s,
         duplicates=sum(1 for n in charged.values() if n > 1),
         lost=sum(1 for r in rows if not Status(r.status).terminal),
         failed=sum(1 for r in rows if Status(r.status) is Status.FAILED),

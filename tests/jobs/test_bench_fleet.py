@@ -1,12 +1,13 @@
 """`reelbatch bench --fleet` and `--scale` at CI size, against a real PostgreSQL and Redis: the measurements run end
 to end, and what they must never show (a lost or doubled video) is checked from the rows they leave."""
 
+import resource
 import subprocess
 import sys
 
 import pytest
 
-from jobs.bench.fleet import run_fleet
+from jobs.bench.fleet import Steady, run_fleet
 from jobs.bench.scale import run_scale
 from jobs.errors import UsageError
 from jobs.settings import Settings
@@ -29,7 +30,29 @@ def test_a_fleet_level_renders_every_video_once(services):
     # Every video was claimed in some batch of at most 4, and every claim was timed.
     assert 6 <= level.batches <= 24 and level.claim_ms["max"] > 0
     assert level.transactions_per_video > 2, "at least its claim's share, its checksum and its success"
-    assert result.to_dict()["levels"][0]["supports_gpus"] == level.cycles_per_s * 1.0
+    assert result.to_dict()["levels"][0]["supports_gpus"] == level.steady_cycles_per_s * 1.0
+    assert 0 < level.steady_s < level.span_s and level.steady_claim_ms["max"] <= level.claim_ms["max"]
+    # The workers' CPU counts from their start, not their processes' imports: measured here, one fresh process's
+    # import costs seconds of CPU (2.9 s here), and the two processes' 24 videos cost less than one such import
+    # (counted from the processes' start, the two imports made it 5.8 s).
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import jobs.bench.fleet_sim"], cwd=REPO, check=True, timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    import_cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    assert 0 < level.worker_cpu_s < import_cpu_s, (level.worker_cpu_s, import_cpu_s)
+
+
+def test_the_sustained_window_is_the_middle_eight_tenths_of_the_finished_videos():
+    # 20 videos finished one a second, t = 100..119, in 5 batches of 4. The window runs from the 3rd finish (index
+    # 2: t = 102) to the 19th (index 18: t = 118): 16 s holding the 16 finishes at t = 103..118, which is 4 batches'
+    # worth, so 0.25 cycles a second. Claims ending at 101.9 and 118.1 are outside; 102 and 118 count.
+    finished = [100.0 + i for i in range(20)]
+    claims = [(101.9, 0.5), (102.0, 0.01), (110.0, 0.02), (118.0, 0.03), (118.1, 0.9)]
+    steady = Steady.of(finished, 5, claims)
+    assert steady.seconds == 16.0 and steady.cycles_per_s == 0.25
+    assert steady.claim_s == [0.01, 0.02, 0.03]
+    # Fewer than 10 videos: no middle to speak of.
+    assert Steady.of(finished[:9], 3, claims) == Steady(0.0, 0.0, [])
 
 
 def test_the_scale_bench_measures_a_submitted_run_and_the_claim_over_finished_rows(services):
