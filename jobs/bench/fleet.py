@@ -230,16 +230,15 @@ def _from_rows(factory, workers: int, factor: float, batch_s: float, results: li
     done = [r for r in rows if Status(r.status) is Status.SUCCEEDED]
     span = span_s((r.started_at for r in done), (r.finished_at for r in done))
     batches = sum(r["batches"] for r in results)
-    claims = [t * 1000 for r in results for t in r["claim_s"]]
+    claims = [claim for r in results for claim in r["claims"]]
     videos = max(len(done), 1)
     cycles = batches / span if span else 0.0
-    steady = Steady.of([as_utc(r.finished_at).timestamp() for r in done], batches,
-                       [(at, s) for r in results for s, at in zip(r["claim_s"], r["claim_at"])])
+    steady = Steady.of([as_utc(r.finished_at).timestamp() for r in done], batches, claims)
     no_claims = dict.fromkeys(("p50", "p95", "p99", "max"), 0.0)
     return FleetLevel(
         workers=workers, gpus=workers / factor, videos=len(rows), batches=batches, span_s=span, cycles_per_s=cycles,
         offered_cycles_per_s=workers / (batch_s * factor),
-        claim_ms=percentiles(claims) or no_claims,
+        claim_ms=percentiles([s * 1000 for _, s in claims]) or no_claims,
         steady_s=steady.seconds, steady_cycles_per_s=steady.cycles_per_s,
         steady_claim_ms=percentiles([s * 1000 for s in steady.claim_s]) or no_claims,
         db_active_ms_per_video=(after[0] - before[0]) / videos,

@@ -90,8 +90,7 @@ class Stats:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.claim_s: list[float] = []
-        self.claim_at: list[float] = []  # when each of claim_s ended (time.time())
+        self.claims: list[tuple[float, float]] = []  # per claim that took work: (when it ended, its seconds)
         self.empty_claims = 0
         self.batches = 0
         self.recorded = 0
@@ -120,7 +119,7 @@ def run_process(plan: SimPlan, stop, results) -> None:
         t.join()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     engine.dispose()
-    results.put({"claim_s": stats.claim_s, "claim_at": stats.claim_at, "empty_claims": stats.empty_claims, "batches": stats.batches,
+    results.put({"claims": stats.claims, "empty_claims": stats.empty_claims, "batches": stats.batches,
                  "recorded": stats.recorded, "tickets": stats.tickets, "errors": stats.errors,
                  "statements": stats.statements, "statement_s": stats.statement_s, "kinds": stats.kinds,
                  "cpu_s": usage.ru_utime + usage.ru_stime - start.ru_utime - start.ru_stime})
@@ -204,8 +203,7 @@ def _cycle(plan: SimPlan, settings: Settings, engine: StandIn, factory, meter: M
         if claim is None:
             stats.empty_claims += 1
         else:
-            stats.claim_s.append(spent)
-            stats.claim_at.append(time.time())
+            stats.claims.append((time.time(), spent))
     if claim is None:
         return 0
     seconds, f = plan.batch_s * plan.factor, plan.factor
