@@ -2,13 +2,15 @@
 
 Each level is a scratch database and queue (jobs.bench.scratch) holding two runs, one per simulated model, and
 `workers` simulated workers (jobs.bench.fleet_sim: the real claim, lease, record, ledger, sweeper and ticket code
-around a stand-in engine) in PROCESSES processes. A third of the workers serve sim-a, a third sim-b, a third both.
+around a stand-in engine) in PROCESSES processes. A third of the workers serve sim-a, a third sim-b, a third both,
+and each model's videos are in proportion to the workers serving it.
 Time is compressed by `factor`, so a level of N simulated workers offers the control plane the load of N / factor
 GPUs rendering `batch_s`-second batches. Each worker renders about `batches` batches; the level ends when every video
 is done.
 
-Per level: cycles per second (claimed, rendered and recorded batches over the level's span: first claim to last
-record), the claim's latency (P50/P95/P99, as the client sees it), the database's time per video (PostgreSQL's own
+Per level: cycles per second (claimed, rendered and recorded batches) and the claim's latency (P50/P95/P99, as the
+client sees it), both sustained (Steady: while every worker is at work; what the verdict judges) and over the level's
+span (first claim to last record), the database's time per video (PostgreSQL's own
 active time in the level's database, and its transactions), the fleet the rate supports (cycles per second x
 `batch_s`: each GPU needs one cycle per batch), and, from the rows, duplicates (a video charged twice), lost videos
 (not succeeded) and wasted attempts (a unit claimed more than once). The servers' own counters are read by
@@ -33,7 +35,7 @@ from jobs.bench.fleet_stats import backend_cpu, pg_stats, redis_cpu, server_stat
 from jobs.bench.scratch import drop_queues, require_services, scratch_database, scratch_queue
 from jobs.db import queries
 from jobs.db.connect import session_factory
-from jobs.db.rows import CostRecord, Video, as_utc
+from jobs.db.rows import CostRecord, Video
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
 from jobs.reports.stats import percentiles, span_s
@@ -131,26 +133,34 @@ def _serves(i: int) -> tuple[str, ...]:
     return (MODELS[0],) if i % 3 == 0 else (MODELS[1],) if i % 3 == 1 else MODELS
 
 
+def videos_per_model(workers: int, total: int) -> dict[str, int]:
+    """`total` videos split between the models as the workers serve them (a worker serving both counts half for
+    each), so each model's work lasts about as long: 10 workers are 4 for sim-a, 3 for sim-b and 3 for both, so
+    sim-a gets 5.5 tenths. Split evenly, sim-a's work ran out at 11 s of 19, and its 4 workers idled to the end."""
+    shares = {model: sum(1 / len(_serves(i)) for i in range(workers) if model in _serves(i)) for model in MODELS}
+    return {model: math.ceil(total * share / workers) for model, share in shares.items()}
+
+
 def _level(settings: Settings, workers: int, factor: float, batch_s: float, batches: int,
            processes: int) -> FleetLevel:
-    per_model = math.ceil(workers * batches * settings.max_batch / len(MODELS))
+    per_model = videos_per_model(workers, workers * batches * settings.max_batch)
     queue = scratch_queue("fleet")
     with tempfile.TemporaryDirectory(prefix="reelbatch-fleet-") as tmp, \
             scratch_database(settings.database_url, "reelbatch_fleet") as url:
         level = replace(settings, database_url=url, queue=queue, output=Path(tmp).as_uri() + "/", metrics_port=None)
         factory = session_factory(url)
         app = create_app(level)
-        for model in MODELS:
+        for model, count in per_model.items():
             manifest = Path(tmp) / f"{model}.jsonl"
             manifest.write_text("".join(json.dumps({"id": f"v{i}", "prompt": f"{model} video {i}"}) + "\n"
-                                        for i in range(per_model)))
+                                        for i in range(count)))
             spec = load_manifest(manifest, registry=sim_registry(), name=f"fleet-{model}", model=model,
                                  output=level.output)
             submitted = queries.submit_run(factory, spec, output=level.output)
             send_tickets(app, submitted.pending_units, model)
         before, redis_before = pg_stats(url), redis_cpu(settings.broker_url)
         tracked = track_statements(url)
-        results = _simulate(level, workers, factor, batch_s, processes, factory, per_model * len(MODELS))
+        results = _simulate(level, workers, factor, batch_s, processes, factory, sum(per_model.values()))
         time.sleep(1.0)  # PostgreSQL flushes a backend's statistics at most once a second
         after, redis_after = pg_stats(url), redis_cpu(settings.broker_url)
         level_row = _from_rows(factory, workers, factor, batch_s, results, before, after,
@@ -168,7 +178,7 @@ def _simulate(level: Settings, workers: int, factor: float, batch_s: float, proc
     count = min(processes, workers)
     share = [list(range(i, workers, count)) for i in range(count)]
     procs = [context.Process(target=run_process, daemon=True, args=(
-        SimPlan(level, tuple(_serves(i) for i in mine), mine[0] if mine else 0, batch_s, factor,
+        SimPlan(level, tuple(_serves(i) for i in mine), tuple(mine), batch_s, factor,
                 min(POOL_PER_PROCESS, 3 * len(mine))), stop, results)) for mine in share]
     for proc in procs:
         proc.start()
@@ -198,27 +208,29 @@ def _unfinished(factory) -> int:
 
 @dataclass(frozen=True)
 class Steady:
-    """The sustained part of a level: from when a tenth of its videos had finished to when nine tenths had. Before
-    it the simulated workers are still starting (threads, sessions, consumers: seconds on two cores while the first
-    ones already claim); after it the work runs out unevenly between models. A fleet rendering all night is in the
-    middle, so the verdict is taken there."""
+    """The sustained part of a level: while every simulated worker was at work, from the last one's first claim to
+    the first one's last. Before it the workers are still starting (processes, sessions, consumers: seconds on two
+    cores while the first ones already claim); after it some worker's models have no work left (a third of the
+    workers serve one model only, and one model's work ends before the other's), so it idles. A fleet rendering all
+    night is in the middle, so the verdict is taken there."""
 
     seconds: float
-    cycles_per_s: float
-    claim_s: list[float]  # the claims that ended inside it
+    cycles_per_s: float  # claims that took work (each starts a cycle) inside it, a second
+    claim_s: list[float]  # those claims' seconds
 
     @classmethod
-    def of(cls, finished: list[float], batches: int, claims: list[tuple[float, float]]) -> Steady:
-        """`finished`: each video's finish (epoch seconds); `batches`: how many batches recorded them all; `claims`:
-        (when it ended, seconds) per claim. A cycle is a batch: videos finished inside / the mean batch's videos."""
-        ends = sorted(finished)
-        if len(ends) < 10 or not batches:
+    def of(cls, claims: list[tuple[str, float, float]]) -> Steady:
+        """`claims`: (worker, when it ended, its seconds) for each claim that took work. The claims ending after the
+        window's start, up to and with its end, count."""
+        ends: dict[str, list[float]] = {}
+        for worker, at, _ in claims:
+            ends.setdefault(worker, []).append(at)
+        lo = max((min(at) for at in ends.values()), default=0.0)
+        hi = min((max(at) for at in ends.values()), default=0.0)
+        if hi <= lo:
             return cls(0.0, 0.0, [])
-        lo, hi = ends[len(ends) // 10], ends[len(ends) * 9 // 10]
-        inside = sum(1 for t in ends if lo < t <= hi)
-        seconds = hi - lo
-        cycles = inside / (len(ends) / batches) / seconds if seconds > 0 else 0.0
-        return cls(seconds, cycles, [s for at, s in claims if lo <= at <= hi])
+        inside = [seconds for _, at, seconds in claims if lo < at <= hi]
+        return cls(hi - lo, len(inside) / (hi - lo), inside)
 
 
 def _from_rows(factory, workers: int, factor: float, batch_s: float, results: list[dict], before, after,
@@ -233,12 +245,12 @@ def _from_rows(factory, workers: int, factor: float, batch_s: float, results: li
     claims = [claim for r in results for claim in r["claims"]]
     videos = max(len(done), 1)
     cycles = batches / span if span else 0.0
-    steady = Steady.of([as_utc(r.finished_at).timestamp() for r in done], batches, claims)
+    steady = Steady.of(claims)
     no_claims = dict.fromkeys(("p50", "p95", "p99", "max"), 0.0)
     return FleetLevel(
         workers=workers, gpus=workers / factor, videos=len(rows), batches=batches, span_s=span, cycles_per_s=cycles,
         offered_cycles_per_s=workers / (batch_s * factor),
-        claim_ms=percentiles([s * 1000 for _, s in claims]) or no_claims,
+        claim_ms=percentiles([s * 1000 for _, _, s in claims]) or no_claims,
         steady_s=steady.seconds, steady_cycles_per_s=steady.cycles_per_s,
         steady_claim_ms=percentiles([s * 1000 for s in steady.claim_s]) or no_claims,
         db_active_ms_per_video=(after[0] - before[0]) / videos,

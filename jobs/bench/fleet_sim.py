@@ -56,11 +56,12 @@ def sim_registry() -> Registry:
 
 @dataclass(frozen=True)
 class SimPlan:
-    """One process of simulated workers: `serves[i]` is the models its i-th worker serves."""
+    """One process of simulated workers: its i-th worker is the fleet's worker `indexes[i]` and serves the models
+    `serves[i]`."""
 
     settings: Settings  # the level's: scratch database, scratch queue, the real lease and max batch
     serves: tuple[tuple[str, ...], ...]
-    first_index: int
+    indexes: tuple[int, ...]
     batch_s: float
     factor: float
     pool_size: int
@@ -90,7 +91,7 @@ class Stats:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.claims: list[tuple[float, float]] = []  # per claim that took work: (when it ended, its seconds)
+        self.claims: list[tuple[str, float, float]] = []  # per claim that took work: (worker, when it ended, seconds)
         self.empty_claims = 0
         self.batches = 0
         self.recorded = 0
@@ -111,8 +112,8 @@ def run_process(plan: SimPlan, stop, results) -> None:
     _time_statements(engine, stats)
     factory = sessionmaker(engine, expire_on_commit=False)
     app = create_app(plan.settings)
-    threads = [threading.Thread(target=_worker, args=(plan, plan.first_index + i, models, factory, app, stop, stats),
-                                daemon=True) for i, models in enumerate(plan.serves)]
+    threads = [threading.Thread(target=_worker, args=(plan, index, models, factory, app, stop, stats), daemon=True)
+               for index, models in zip(plan.indexes, plan.serves, strict=True)]
     for t in threads:
         t.start()
     for t in threads:
@@ -203,7 +204,7 @@ def _cycle(plan: SimPlan, settings: Settings, engine: StandIn, factory, meter: M
         if claim is None:
             stats.empty_claims += 1
         else:
-            stats.claims.append((time.time(), spent))
+            stats.claims.append((owner, time.time(), spent))
     if claim is None:
         return 0
     seconds, f = plan.batch_s * plan.factor, plan.factor

@@ -41,8 +41,8 @@ def bench_fleet(levels: tuple[int, ...], factor: float, batch_s: float, json_: b
                       f"{lv.supports_gpus:,.0f}", str(lv.duplicates), str(lv.lost), str(lv.failed),
                       str(lv.wasted_attempts))
     out.print(table)
-    out.print("sustained: from the moment a tenth of a level's videos had finished to nine tenths; whole: its span, "
-              "first claim to last record", highlight=False)
+    out.print("sustained: while every simulated worker was at work (the last one's first claim to the first one's "
+              "last); whole: the level's span, first claim to last record", highlight=False)
     out.print(f"supported within the targets (claim P99 < 100 ms, kept up, nothing lost, failed or doubled): "
               f"{result.supported_gpus():,.0f} GPUs", highlight=False)
 

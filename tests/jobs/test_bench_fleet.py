@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from jobs.bench.fleet import Steady, run_fleet
+from jobs.bench.fleet import Steady, run_fleet, videos_per_model
 from jobs.bench.scale import run_scale
 from jobs.errors import UsageError
 from jobs.settings import Settings
@@ -20,20 +20,21 @@ def services(postgres_url, redis_server) -> Settings:
 
 
 def test_a_fleet_level_renders_every_video_once(services):
-    # 3 simulated workers x 2 batches x 4 videos = 24 videos, 12 per simulated model; time x0.2 with 1 s batches:
-    # each batch sleeps 0.2 s, and the 120 s lease lasts 24 s (no lease expires on a busy CI machine).
-    result = run_fleet(services, levels=(3,), factor=0.2, batch_s=1.0, batches=2, processes=2)
+    # 3 simulated workers x 4 batches x 4 videos = 48 videos, 24 per simulated model; time x0.2 with 5 s batches:
+    # each batch sleeps 1 s (so every worker is at work together for a while, though the two processes start a
+    # second or so apart), and the 120 s lease lasts 24 s (no lease expires on a busy CI machine).
+    result = run_fleet(services, levels=(3,), factor=0.2, batch_s=5.0, batches=4, processes=2)
     (level,) = result.levels
-    assert (level.workers, level.gpus, level.videos) == (3, 15.0, 24)
+    assert (level.workers, level.gpus, level.videos) == (3, 15.0, 48)
     assert (level.duplicates, level.lost, level.failed, level.wasted_attempts) == (0, 0, 0, 0)
-    assert level.offered_cycles_per_s == 15.0  # 3 workers / (1 s x 0.2)
+    assert level.offered_cycles_per_s == 3.0  # 3 workers / (5 s x 0.2)
     # Every video was claimed in some batch of at most 4, and every claim was timed.
-    assert 6 <= level.batches <= 24 and level.claim_ms["max"] > 0
+    assert 12 <= level.batches <= 48 and level.claim_ms["max"] > 0
     assert level.transactions_per_video > 2, "at least its claim's share, its checksum and its success"
-    assert result.to_dict()["levels"][0]["supports_gpus"] == level.steady_cycles_per_s * 1.0
+    assert result.to_dict()["levels"][0]["supports_gpus"] == level.steady_cycles_per_s * 5.0
     assert 0 < level.steady_s < level.span_s and level.steady_claim_ms["max"] <= level.claim_ms["max"]
     # The workers' CPU counts from their start, not their processes' imports: measured here, one fresh process's
-    # import costs seconds of CPU (2.9 s here), and the two processes' 24 videos cost less than one such import
+    # import costs seconds of CPU (2.9 s here), and the two processes' 48 videos cost less than one such import
     # (counted from the processes' start, the two imports made it 5.8 s).
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-c", "import jobs.bench.fleet_sim"], cwd=REPO, check=True, timeout=120)
@@ -42,17 +43,26 @@ def test_a_fleet_level_renders_every_video_once(services):
     assert 0 < level.worker_cpu_s < import_cpu_s, (level.worker_cpu_s, import_cpu_s)
 
 
-def test_the_sustained_window_is_the_middle_eight_tenths_of_the_finished_videos():
-    # 20 videos finished one a second, t = 100..119, in 5 batches of 4. The window runs from the 3rd finish (index
-    # 2: t = 102) to the 19th (index 18: t = 118): 16 s holding the 16 finishes at t = 103..118, which is 4 batches'
-    # worth, so 0.25 cycles a second. Claims ending at 101.9 and 118.1 are outside; 102 and 118 count.
-    finished = [100.0 + i for i in range(20)]
-    claims = [(101.9, 0.5), (102.0, 0.01), (110.0, 0.02), (118.0, 0.03), (118.1, 0.9)]
-    steady = Steady.of(finished, 5, claims)
-    assert steady.seconds == 16.0 and steady.cycles_per_s == 0.25
-    assert steady.claim_s == [0.01, 0.02, 0.03]
-    # Fewer than 10 videos: no middle to speak of.
-    assert Steady.of(finished[:9], 3, claims) == Steady(0.0, 0.0, [])
+def test_the_sustained_window_runs_while_every_worker_is_at_work():
+    # Three workers' claims (worker, when it ended, seconds). The last first claim is sim:1's at 102.0 and the first
+    # last claim is sim:0's at 105.0: a 3 s window. Inside it, after 102.0 and up to 105.0: 103.0, 104.0 and 105.0,
+    # three cycles started, so 1.0 a second; 102.0 itself, and 101.5 and 106.0 outside, do not count.
+    claims = [("sim:0", 100.0, 0.5), ("sim:0", 101.0, 0.6), ("sim:0", 105.0, 0.03),
+              ("sim:1", 102.0, 0.7), ("sim:1", 104.0, 0.02), ("sim:1", 109.0, 0.8),
+              ("sim:2", 101.5, 0.9), ("sim:2", 103.0, 0.01), ("sim:2", 106.0, 0.4)]
+    steady = Steady.of(claims)
+    assert steady.seconds == 3.0 and steady.cycles_per_s == 1.0
+    assert steady.claim_s == [0.03, 0.02, 0.01]
+    # A worker that finished before another started: never all at work, no window.
+    assert Steady.of([("sim:0", 100.0, 0.1), ("sim:1", 101.0, 0.1)]) == Steady(0.0, 0.0, [])
+    assert Steady.of([]) == Steady(0.0, 0.0, [])
+
+
+def test_each_model_gets_work_for_as_long_as_its_workers_last():
+    # 10 workers: 0, 3, 6, 9 serve sim-a; 1, 4, 7 sim-b; 2, 5, 8 both, half each: sim-a 5.5 of 10, sim-b 4.5.
+    assert videos_per_model(10, 480) == {"sim-a": 264, "sim-b": 216}
+    # 3 workers: one each, and one for both: an even split.
+    assert videos_per_model(3, 24) == {"sim-a": 12, "sim-b": 12}
 
 
 def test_the_scale_bench_measures_a_submitted_run_and_the_claim_over_finished_rows(services):
