@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import ast
 import re
+import time
 import weakref
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import create_engine, event, exc, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,6 +23,8 @@ from jobs.errors import SchemaOutOfDate
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 IDLE_IN_TRANSACTION_MS = 30_000
+# A pooled connection idle this long is pinged before use (ping_when_idle); one back sooner has just worked.
+PING_IDLE_S = 1.0
 
 
 def is_postgres(url: str) -> bool:
@@ -39,11 +42,11 @@ def make_engine(url: str, pool_size: int | None = None) -> Engine:
         # ends such a session after this long, releasing the locks. JIT off: our statements are index lookups and
         # a report's per-video sums, where compiling never pays (a 100,000-video report's query spent 0.72 of its
         # 1.13 s compiling; docs/SCALE.md).
-        return create_engine(url, pool_pre_ping=True, connect_args={
+        return ping_when_idle(create_engine(url, connect_args={
             "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} -c jit=off",
-            "cursor_factory": _unpipelined_cursor()}, **pool)
+            "cursor_factory": _unpipelined_cursor()}, **pool), PING_IDLE_S)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return ping_when_idle(create_engine(url), PING_IDLE_S)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": 30})
@@ -60,6 +63,36 @@ def make_engine(url: str, pool_size: int | None = None) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def ping_when_idle(engine: Engine, idle_s: float) -> Engine:
+    """Ping a pooled connection before use if it sat idle `idle_s` or longer, as SQLAlchemy's `pool_pre_ping` pings
+    every one: a connection the server dropped (a restart, a failover, an idle timeout) is replaced, and the whole
+    pool with it, before a statement meets it. A connection back within `idle_s` has just worked; pinging it too was
+    half of each short statement's client CPU and one more server transaction per checkout, which a busy process
+    (`reelbatch bench --fleet`'s simulated workers) paid thousands of times a second (docs/SCALE.md). A statement
+    that meets a restart anyway fails as one would between a ping and its statement: SQLAlchemy invalidates the pool
+    and the caller's retry gets fresh connections."""
+    used = "reelbatch_used_at"
+
+    @event.listens_for(engine, "connect")
+    def _connected(_dbapi_conn, record):
+        record.info[used] = time.monotonic()
+
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_conn, record):
+        record.info[used] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn, record, _proxy):
+        if time.monotonic() - record.info.get(used, float("-inf")) < idle_s:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as err:  # noqa: BLE001 - whatever the reason, the connection is not usable
+            raise exc.InvalidatePoolError(f"ping after {idle_s:.0f} s idle failed: {err}") from err
 
     return engine
 

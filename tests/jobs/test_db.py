@@ -40,6 +40,45 @@ def test_postgres_must_be_upgraded_by_the_operator(postgres_url):
         session_factory(postgres_url)
 
 
+def _dropped_by_the_server(url: str, engine) -> int:
+    """The pooled connection's backend pid, after the server has ended that backend (as a restart ends them all)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    with engine.connect() as conn:
+        pid = conn.scalar(text("SELECT pg_backend_pid()"))
+    other = create_engine(url, poolclass=NullPool)
+    with other.connect() as conn:
+        assert conn.scalar(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
+    other.dispose()
+    return pid
+
+
+def test_a_connection_idle_past_the_ping_window_is_replaced_before_use(postgres_url, monkeypatch):
+    from sqlalchemy import text
+
+    monkeypatch.setattr("jobs.db.connect.PING_IDLE_S", 0.0)  # every checkout has been idle long enough
+    engine = make_engine(postgres_url, pool_size=1)
+    pid = _dropped_by_the_server(postgres_url, engine)
+    with engine.connect() as conn:  # the ping failed on checkout, and the pool connected afresh
+        assert conn.scalar(text("SELECT pg_backend_pid()")) != pid
+
+
+def test_a_connection_back_within_the_ping_window_is_not_pinged(postgres_url, monkeypatch):
+    """So a dropped one meets the statement: it fails as a disconnect, the pool is invalidated, and the next
+    checkout connects afresh (what the caller's retry gets)."""
+    from sqlalchemy import exc, text
+
+    monkeypatch.setattr("jobs.db.connect.PING_IDLE_S", 3600.0)
+    engine = make_engine(postgres_url, pool_size=1)
+    pid = _dropped_by_the_server(postgres_url, engine)
+    with pytest.raises(exc.OperationalError) as failed, engine.connect() as conn:
+        conn.scalar(text("SELECT 1"))
+    assert failed.value.connection_invalidated
+    with engine.connect() as conn:
+        assert conn.scalar(text("SELECT pg_backend_pid()")) != pid
+
+
 def test_a_client_paused_inside_executemany_cannot_hold_row_locks(postgres_url, monkeypatch):
     """A worker frozen halfway through an ORM flush (executemany) must not keep its row locks past the server's
     idle-in-transaction timeout. psycopg's default executemany pipelines its statements under one Sync, and a client
