@@ -87,12 +87,13 @@ def ping_when_idle(engine: Engine, idle_s: float) -> Engine:
 
     @event.listens_for(engine, "checkout")
     def _checkout(dbapi_conn, record, _proxy):
-        if time.monotonic() - record.info.get(used, float("-inf")) < idle_s:
+        idle = time.monotonic() - record.info.get(used, float("-inf"))
+        if idle < idle_s:
             return
         try:
             engine.dialect.do_ping(dbapi_conn)
         except Exception as err:  # noqa: BLE001 - whatever the reason, the connection is not usable
-            raise exc.InvalidatePoolError(f"ping after {idle_s:.0f} s idle failed: {err}") from err
+            raise exc.InvalidatePoolError(f"ping of a pooled connection idle {idle:.1f} s failed: {err}") from err
 
     return engine
 
@@ -103,7 +104,7 @@ def _unpipelined_cursor():
     psycopg runs executemany in pipeline mode: Bind/Execute for each row, one Sync at the end. A client frozen between
     those (the ORM flushes a claimed batch's rows with executemany) leaves its server session "active", reading from
     the client, not "idle in transaction", so the timeout above never ends it and its row locks stay for ever
-    (tests/jobs/test_db.py shows it). Statement by statement, every pause inside a transaction is idle.
+    (tests/jobs/test_connect.py shows it). Statement by statement, every pause inside a transaction is idle.
     """
     import psycopg
 
