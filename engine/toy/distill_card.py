@@ -6,7 +6,8 @@ import dataclasses
 import datetime as dt
 from pathlib import Path
 
-from engine.toy.distill import DistillConfig, Progress
+from engine.toy.distill import Progress
+from engine.toy.distill_config import DistillConfig
 from engine.toy.distill_report import LONG_TARGETS, TARGETS, FastResults
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from engine import light_decoder
-from engine.toy.distill import DistillConfig, rng_for
+from engine.toy.distill_config import DistillConfig, rng_for
 from engine.toy.distill_student import student_finals
 from engine.toy.distill_train import checkpoint_params, resume_params
 from engine.toy.plumbing import Logger, optimizer_step, warmup_cosine

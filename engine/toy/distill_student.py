@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from engine.toy.distill import DistillConfig, rng_for
+from engine.toy.distill_config import DistillConfig, rng_for
 from engine.toy.distill_train import checkpoint_params, resume_params
 from engine.toy.plumbing import Logger, optimizer_step, warmup_cosine
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.toy.distill import QUALITY_SEEDS, DistillConfig, rng_for, student_sigmas, teacher_sigmas
+from engine.toy.distill_config import QUALITY_SEEDS, DistillConfig, rng_for, student_sigmas, teacher_sigmas
 from engine.toy.plumbing import Logger
 from engine.toy.world import COMBINATIONS
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from engine import light_decoder
-from engine.toy.distill import DistillConfig
+from engine.toy.distill_config import DistillConfig
 
 ADAPTER_FILE = "adapter.safetensors"
 DECODER_FOLDER = "decoder"

@@ -9,7 +9,6 @@ import copy
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,10 +23,9 @@ from engine.toy.plumbing import (
     stage_rng,
     warmup_cosine,
 )
+from engine.toy.train_config import TrainConfig
 from engine.toy.world import COMBINATIONS, dataset
 
-if TYPE_CHECKING:  # the config's type only: engine.toy.train imports this module
-    from engine.toy.train import TrainConfig
 
 # ---- stage 4: the transformer ------------------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.models import TOY_FAST, TOY_WEIGHTS
 from engine.models_file import load_registry
-from engine.toy.distill import DistillConfig, distill, student_sigmas, teacher_sigmas
+from engine.toy.distill import DistillConfig, distill
+from engine.toy.distill_config import student_sigmas, teacher_sigmas
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cli.toy import QUICK_DISTILL
 
