@@ -24,7 +24,7 @@ def middle_frame(count: int) -> int:
 
 def poster_jpeg(mp4: bytes) -> bytes:
     """The JPEG of the MP4's middle frame. Raises ValueError if the MP4 has no decodable frame."""
-    # PyAV and Pillow here, not at the top: every command imports this module (for SUFFIX, through jobs.render.keys
+    # PyAV and Pillow here, not at the top: every command imports this module (for SUFFIX, through jobs.manifest.keys
     # and the manifest loader), and PyAV took 0.08 s of each command's start-up (docs/PERFORMANCE.md).
     import av
     from PIL import Image

@@ -18,7 +18,7 @@ from jobs.cost.capacity import plan
 from jobs.db import queries
 from jobs.db.connect import is_postgres, session_factory
 from jobs.errors import ReelbatchError, UsageError
-from jobs.render.keys import object_key, poster_key
+from jobs.manifest.keys import object_key, poster_key
 from jobs.reports import postgres
 from jobs.reports.html import html_report
 from jobs.reports.results import write_results

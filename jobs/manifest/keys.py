@@ -1,16 +1,13 @@
-"""Where a run's objects live, written once: a video's key, a chunk checkpoint's key, and the store for a prefix; and
-whether the MP4 at a video's key is the one an earlier attempt of it recorded."""
+"""Where a run's objects live, written once: a video's key, a chunk checkpoint's key, the run's result files, and the
+store for a prefix. A leaf below the manifest and the render: the manifest checks that a run's longest keys fit the
+store (jobs.manifest.room), the render writes its objects at them (jobs.render), and the reports link them."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from storage.poster import SUFFIX as POSTER_SUFFIX
-from storage.stores import Store, StoredObject, open_store
-
-if TYPE_CHECKING:
-    from jobs.work.claims import ClaimedUnit
+from storage.stores import Store, open_store
 
 
 @lru_cache(maxsize=64)
@@ -22,17 +19,6 @@ def store_for(prefix: str) -> Store:
 def object_key(run_name: str, video_key: str) -> str:
     """Deterministic: the same video always lands on the same key, so a retry can never make a second object."""
     return f"{run_name}/{video_key}.mp4"
-
-
-def earlier_upload(unit: ClaimedUnit) -> StoredObject | None:
-    """The object at the video's key if it is the one an earlier attempt recorded just before uploading it (its
-    checksum is the unit's upload_sha256): that attempt's MP4, to adopt rather than render or store again. None when
-    no checksum was recorded (the store is not asked) or the key holds nothing or something else. StoreError when
-    the store cannot be asked."""
-    if not unit.upload_sha256:
-        return None
-    found = store_for(unit.output).stat(object_key(unit.run_name, unit.key))
-    return found if found is not None and found.sha256 == unit.upload_sha256 else None
 
 
 def poster_key(run_name: str, video_key: str) -> str:

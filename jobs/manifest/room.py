@@ -8,8 +8,8 @@ video fails at store time after it has rendered.
 
 from __future__ import annotations
 
+from jobs.manifest.keys import longest_video_keys, result_keys
 from jobs.manifest.values import shown
-from jobs.render.keys import longest_video_keys, result_keys
 from storage.base import TooLong, utf8_len, worst
 from storage.stores import key_too_long
 

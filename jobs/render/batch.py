@@ -24,8 +24,9 @@ from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cost.meter import Meter
 from jobs.db.queries import Factory
+from jobs.manifest import keys
 from jobs.notify.finished import run_finished
-from jobs.render import keys, record
+from jobs.render import record
 from jobs.render.attempts import charge_released, retry
 from jobs.render.chunks import chunk_request, drop_checkpoints
 from jobs.render.finisher import BatchResult, Finisher, finish
@@ -34,7 +35,7 @@ from jobs.render.keeper import LeaseKeeper, Stop
 from jobs.render.posters import adopted_poster
 from jobs.render.record import VideoOutput
 from jobs.render.stopping import BatchProgress, Stopping
-from jobs.render.store import store_all
+from jobs.render.store import earlier_upload, store_all
 from jobs.settings import Settings
 from jobs.work import claims, leases, logs, prometheus
 from jobs.work.claims import Claim, ClaimedUnit, Serving, waiting_shapes, worker_id
@@ -208,7 +209,7 @@ def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
     adopted, todo, unchecked = 0, [], []
     for unit in claim.units:
         try:
-            found = keys.earlier_upload(unit)
+            found = earlier_upload(unit)
         except StoreError as exc:
             log.warning("%s: cannot check its earlier upload, retried without a render: %s", unit.key, exc)
             unchecked.append((unit, f"{type(exc).__name__}: {exc}"))

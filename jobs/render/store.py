@@ -1,5 +1,6 @@
 """A rendered batch to the store and the database: each video encoded, stored and recorded (or each chunk of a long
-video checkpointed), each with its typed outcome, handled exhaustively."""
+video checkpointed), each with its typed outcome, handled exhaustively; and whether the MP4 at a video's key is the
+one an earlier attempt of it recorded (earlier_upload: adopted at the claim, jobs.render.batch, or on a conflict here)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from engine.engine import Engine
 from engine.types import RenderedVideo
 from jobs.cost.meter import Meter
 from jobs.db.queries import Factory
-from jobs.render import keys, record
+from jobs.manifest import keys
+from jobs.render import record
 from jobs.render.attempts import count_success, retry
 from jobs.render.chunks import drop_checkpoints, stitch_long, store_chunk
 from jobs.render.finisher import BatchResult
@@ -29,9 +31,20 @@ from jobs.work import prometheus
 from jobs.work.claims import Claim, ClaimedUnit
 from storage.encode import encode_mp4
 from storage.poster import poster_jpeg
-from storage.stores import ObjectConflict
+from storage.stores import ObjectConflict, StoredObject
 
 log = logging.getLogger(__name__)
+
+
+def earlier_upload(unit: ClaimedUnit) -> StoredObject | None:
+    """The object at the video's key if it is the one an earlier attempt recorded just before uploading it (its
+    checksum is the unit's upload_sha256): that attempt's MP4, to adopt rather than render or store again. None when
+    no checksum was recorded (the store is not asked) or the key holds nothing or something else. StoreError when
+    the store cannot be asked."""
+    if not unit.upload_sha256:
+        return None
+    found = keys.store_for(unit.output).stat(keys.object_key(unit.run_name, unit.key))
+    return found if found is not None and found.sha256 == unit.upload_sha256 else None
 
 
 @dataclass(frozen=True)
@@ -257,7 +270,7 @@ def _upload(claim: Claim, mark_s: float, seam_review: float, unit: ClaimedUnit, 
             # The object at the key may be this video's own, from an earlier attempt whose upload landed after this
             # attempt found the key empty (a worker frozen past its lease, then thawed). Adopt it, as a retry adopts
             # an upload found at its claim.
-            found = keys.earlier_upload(unit)
+            found = earlier_upload(unit)
             if found is None:
                 raise
             log.warning("%s: adopting the MP4 an earlier attempt stored after this one rendered", unit.key)

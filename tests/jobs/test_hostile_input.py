@@ -15,7 +15,7 @@ from jobs.db.connect import session_factory
 from jobs.db.rows import Run
 from jobs.errors import UsageError
 from jobs.manifest import ManifestError
-from jobs.render.keys import store_for
+from jobs.manifest.keys import store_for
 from jobs.work.schedules import add_schedule
 
 from .manifest_helpers import expect, load, one_video, write

@@ -22,7 +22,7 @@ from jobs.cli.console import err, fail, literal, out, progress_text, visible
 from jobs.db.connect import session_factory
 from jobs.db.rows import Run, Video
 from jobs.errors import UsageError
-from jobs.render.keys import longest_video_keys, result_keys, store_for
+from jobs.manifest.keys import longest_video_keys, result_keys, store_for
 from jobs.reports.text import print_report
 
 # Bounded so that the file's tests take about half a minute on one core (S3's, over HTTP, the most).

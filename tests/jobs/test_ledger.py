@@ -62,7 +62,7 @@ def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch)
     meter = Meter(RATE, factory, "test-worker", clock=clock)
     first = submit("a", 5)
     # The store refuses v1's first upload: that attempt (its render share and its encode) is a "retry" charge.
-    from jobs.render import keys
+    from jobs.manifest import keys
 
     real_store_for = keys.store_for
     refused = []

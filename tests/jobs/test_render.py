@@ -14,8 +14,8 @@ from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
 from jobs.db.status import Status
-from jobs.manifest import load_manifest
-from jobs.render import keys, store
+from jobs.manifest import keys, load_manifest
+from jobs.render import store
 from jobs.render.batch import Finisher, render_next_batch
 from jobs.settings import Settings
 from jobs.work import claims, leases
