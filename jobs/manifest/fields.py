@@ -15,8 +15,8 @@ from datetime import datetime, timedelta, timezone
 from engine.images import FITS
 from engine.models import MAX_CHUNKS, ModelInfo
 from jobs.manifest.scalars import is_number
+from jobs.manifest.urls import BadUrl, check_allowed
 from jobs.manifest.values import FieldError, got, shown
-from jobs.notify.urls import BadUrl, check_allowed
 from storage.codecs import CODECS, CRF_MAX, CRF_MIN, DEFAULT, PRESETS, missing_encoder
 
 MAX_PROMPT_CHARS = 10_000
@@ -130,7 +130,7 @@ def check_priority(value: object, text: str | None) -> int:
 
 
 def check_max_cost(value: object, text: str | None) -> float:
-    """A run's cost cap in US dollars (jobs.work.gate): more than 0."""
+    """A run's cost cap in US dollars (jobs.claims.gate): more than 0."""
     return _number(value, text, 0.0, MAX_COST_USD, lo_open=True)
 
 
@@ -207,7 +207,7 @@ def check_model(value: object, text: str | None, names: list[str]) -> str:
 
 
 def check_notify(value: object, text: str | None, allowed: tuple[str, ...] | None) -> str | None:
-    """A webhook URL under an operator-allowed prefix (jobs.notify.urls), in canonical form; None: no notification."""
+    """A webhook URL under an operator-allowed prefix (jobs.manifest.urls), in canonical form; None: no notification."""
     if value is None:
         return None
     url = _string(value, text)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from engine.models import MODEL_NAME
 from jobs.manifest.outputs import canonical_output
+from jobs.manifest.urls import BadUrl, allowed_prefixes
 from jobs.manifest.values import FieldError
-from jobs.notify.urls import BadUrl, allowed_prefixes
 
 
 class BadValue(ValueError):

@@ -3,7 +3,7 @@
 
 import pytest
 
-from jobs.notify.urls import BadUrl, allowed_prefixes, check_allowed
+from jobs.manifest.urls import BadUrl, allowed_prefixes, check_allowed
 from storage.codecs import Encoding
 
 from .manifest_helpers import expect, load, write
