@@ -14,12 +14,12 @@ from rich.text import Text
 
 from jobs.cli.console import emit_json, emit_json_listing, err, fail, literal, out
 from jobs.cost import ledger
-from jobs.cost.capacity import plan
 from jobs.db import queries
 from jobs.db.connect import is_postgres, session_factory
 from jobs.errors import ReelbatchError, UsageError
 from jobs.manifest.keys import object_key, poster_key
 from jobs.reports import postgres
+from jobs.reports.capacity import plan
 from jobs.reports.html import html_report
 from jobs.reports.results import write_results
 from jobs.reports.summary import entry, report_dict, report_of

@@ -3,7 +3,7 @@ unfinished run's projected finish against its deadline (for `status`, the deadli
 
 The rule, stated once: a run finishes when the work ahead of it and its own are done on the workers alive now,
 each busy UTILISATION of the time: finish = now + (ahead + own GPU seconds) / (workers x UTILISATION). UTILISATION is
-capacity planning's sustainable level (jobs.cost.capacity.MAX_UTILISATION: model loads, claims and the gaps between
+capacity planning's sustainable level (jobs.reports.capacity caps at it: model loads, claims and the gaps between
 tickets keep a fleet from being busy every second). Work ahead of a run is every running unit and every pending unit
 that ranks at or above it (jobs.db.queries.unit_rank). Seconds come from jobs.cost.estimate, a unit being a video's
 share (one chunk of a long video); units of a shape with no basis are counted, not guessed.
@@ -17,12 +17,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from jobs.cost.capacity import MAX_UTILISATION
 from jobs.cost.estimate import Estimator, VideoShape
 from jobs.db.rows import Run, Video, WorkerSession, WorkUnit, as_utc
 from jobs.db.status import Status
 
-UTILISATION = MAX_UTILISATION
+# Defined here, below the reports, so that capacity planning (jobs.reports.capacity) and this rule share one figure.
+UTILISATION = 0.75
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def test_failure_reasons(error, reason):
 def test_capacity_plan_levels_from_a_run():
     """Two successful 5 s videos, 25 GPU-s each (render + encode + upload), over a 100 s span on one GPU: utilisation
     50%; one of them needed a second attempt, so 1 attempt in 3 was a retry."""
-    from jobs.cost.capacity import plan
+    from jobs.reports.capacity import plan
 
     run = Run(id=7, name="night", model="tiny", output="file:///o/", priority=0, source="m.yaml", created_at=T0)
     a = video("a", Status.SUCCEEDED, start=10, end=40, render=24.7)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from jobs.cost.projection import UTILISATION
 from jobs.db.rows import Run, Video
 from jobs.db.status import Status
 from jobs.reports.summary import Price, summary
 
-MAX_UTILISATION = 0.75
+MAX_UTILISATION = UTILISATION  # the one figure, shared with when queued work is done (jobs.cost.projection)
 DEFAULT_HEADROOM = 0.2
 DAYS_PER_MONTH = 30
 
