@@ -61,7 +61,7 @@ class EngineConfig:
     step_scale: float = 1.0
     # Pipelines kept loaded at once: loading another first unloads the least recently used (its device memory freed).
     # A Wan 14B pipeline in bf16 is about 40 GB with its text encoder, so two fit an H200 (141 GB) and one a 48 GB
-    # card; a worker that serves more models than this reloads on a switch, which its claims avoid (jobs.work.claims).
+    # card; a worker that serves more models than this reloads on a switch, which its claims avoid (jobs.claims.claims).
     max_models: int = 2
 
     def exact(self) -> EngineConfig:

@@ -36,7 +36,7 @@ class Engine:
         self.registry = registry
         # The loaded pipelines, their light decoders and expert swaps, and the gates checked before loading.
         self.pipelines = PipelineCache(config, registry)
-        # The shape of the last batch rendered: a worker prefers more of it (jobs.work.claims.Serving).
+        # The shape of the last batch rendered: a worker prefers more of it (jobs.claims.claims.Serving).
         self.last_shape: Shape | None = None
         self._identities: dict[str, str] = {}
         # Shape key -> the largest batch that fitted in device memory, learnt from out-of-memory errors.

@@ -2,7 +2,7 @@
 
 A simulated worker is a thread that does what a worker process does between its tickets and the database, with the
 real code: it waits for a Celery ticket on its models' Redis queues (kombu, as the worker's consumer does), claims
-with jobs.work.claims.claim_batch (its Serving: models, affinity, the last shape), holds the claim with the real
+with jobs.claims.claims.claim_batch (its Serving: models, affinity, the last shape), holds the claim with the real
 LeaseKeeper (renewals), records its videos' checksums with the fenced jobs.render.record.mark_all_uploading and the
 batch with record_successes (cost records on its session), notices whether its runs finished as the worker does
 (jobs.notify.finished.run_finished), passes its ticket on to a model with work waiting, and runs the real Sweeper
@@ -30,6 +30,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import sessionmaker
 
 from engine.models import ModelDefaults, ModelInfo, Registry
+from jobs.claims import claims, leases
 from jobs.cost.meter import Meter
 from jobs.db.connect import make_engine
 from jobs.notify.finished import run_finished
@@ -38,7 +39,6 @@ from jobs.render.batch import serving
 from jobs.render.keeper import CANCEL_CHECK_S, LeaseKeeper
 from jobs.render.record import VideoOutput
 from jobs.settings import Settings
-from jobs.work import claims, leases
 from jobs.work.app import create_app
 from jobs.work.sweeper import Sweeper
 from jobs.work.tickets import model_queue, send_tickets

@@ -4,7 +4,7 @@ In a scratch database (jobs.bench.scratch), measured with the real code paths:
 
 1. `reelbatch submit` of a `videos`-line JSONL, as a user runs it (a fresh process: start-up, validation, the
    rows, the tickets on Redis);
-2. the claim's latency (jobs.work.claims.claim_batch, batches of 4) with only that run's units pending;
+2. the claim's latency (jobs.claims.claims.claim_batch, batches of 4) with only that run's units pending;
 3. the same with `finished` finished videos, units and cost records added (bulk inserts: an older run, done), and the
    claim probe's query plan;
 4. `reelbatch status`, `reelbatch report RUN` and `reelbatch report RUN --json` once the run itself is done (its rows
@@ -32,6 +32,8 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from jobs.bench.scratch import drop_queues, require_services, scratch_database, scratch_queue
+from jobs.claims import claims
+from jobs.claims.claims import ORDER, Serving
 from jobs.cost import ledger
 from jobs.db import queries
 from jobs.db.connect import session_factory
@@ -42,8 +44,6 @@ from jobs.reports import postgres
 from jobs.reports.stats import percentiles
 from jobs.reports.summary import report_dict, report_of
 from jobs.settings import Settings
-from jobs.work import claims
-from jobs.work.claims import ORDER, Serving
 
 VIDEOS = 100_000
 FINISHED = 1_000_000

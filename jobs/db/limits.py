@@ -3,7 +3,7 @@
 
 Cancelling for a reason is the same move as `reelbatch cancel` (waiting units and their videos to cancelled; running
 batches are left to finish), with the reason in `videos.cancel_reason` and a sentence in `last_error`. Nothing
-already stored is touched. Which batch may start is decided in jobs.work.gate, in the claim's transaction.
+already stored is touched. Which batch may start is decided in jobs.claims.gate, in the claim's transaction.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class Run(Timestamps, Base):
     notify_url: Mapped[str | None] = mapped_column(Text)
     round: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The run's cost cap (`max_cost_usd`), in micro-dollars like every amount; None: no cap. A worker does not start
-    # a batch that would take the run past it (jobs.work.gate); when it stops the run, `budget_reached_at` is set.
+    # a batch that would take the run past it (jobs.claims.gate); when it stops the run, `budget_reached_at` is set.
     max_cost_micro_usd: Mapped[int | None] = mapped_column(BigInteger)
     budget_reached_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # At its deadline, work not yet started is cancelled and `expired_at` set, once (jobs.db.limits.expire_due).
@@ -163,7 +163,7 @@ class WorkUnit(Timestamps, Base):
     ready: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     checkpoint: Mapped[str | None] = mapped_column(Text)
     shape_key: Mapped[str] = mapped_column(String(255))
-    # The run's model, so a worker claims only what it serves with one index probe per model (jobs.work.claims).
+    # The run's model, so a worker claims only what it serves with one index probe per model (jobs.claims.claims).
     model: Mapped[str] = mapped_column(String(128))
     priority: Mapped[int] = mapped_column(Integer, default=0)
     # Claim order, highest first: priority x AGING_S minus submission time (jobs.db.queries.unit_rank), so a
@@ -184,7 +184,7 @@ class WorkUnit(Timestamps, Base):
     video: Mapped[Video] = relationship(back_populates="units", lazy="raise")
 
 
-# The claim's probes (jobs.work.claims): the best claimable unit of one model, or of one shape, is the first entry of
+# The claim's probes (jobs.claims.claims): the best claimable unit of one model, or of one shape, is the first entry of
 # its range, whatever else the table holds (finished rows sort under other statuses). rank DESC, id: the claim order.
 Index("ix_work_units_claim_model", WorkUnit.status, WorkUnit.ready, WorkUnit.model, WorkUnit.rank.desc(), WorkUnit.id)
 Index("ix_work_units_claim_shape", WorkUnit.status, WorkUnit.ready, WorkUnit.shape_key, WorkUnit.rank.desc(),

@@ -57,7 +57,7 @@ def transition(row, new: Status) -> None:
 
 def move(unit, video, new: Status) -> None:
     """A work unit and its video change status together (a long video's chunks move it one at a time; between
-    chunks, jobs.work.leases.record_chunk moves them apart).
+    chunks, jobs.claims.leases.record_chunk moves them apart).
 
     Leaving `running` drops the lease; reaching a terminal status stamps the video's finish time.
     """

@@ -74,7 +74,7 @@ class RunSpec:
     content_sha256: str  # of everything but `source` (and video lines): same content, same hash
     notify: str | None = None  # a webhook URL under REELBATCH_ALLOWED_WEBHOOKS, POSTed to when the run finishes
     encoding: Encoding = DEFAULT  # codec, crf and preset of every video of the run
-    max_cost_usd: float | None = None  # the run's cost cap (jobs.work.gate)
+    max_cost_usd: float | None = None  # the run's cost cap (jobs.claims.gate)
     # UTC; a duration in the manifest (`PT10H`) is counted from when it was loaded. Its hash takes the form written.
     deadline: datetime | None = None
     # The model keeps videos that start from an image out of batches with text-only ones (ModelInfo.

@@ -23,8 +23,8 @@ from jobs.db.rows import utcnow
 from jobs.notify import outbox
 from jobs.notify.outbox import Attempt, Due
 from jobs.notify.sign import ATTEMPT_HEADER, DELIVERY_HEADER, SIGNATURE_HEADER, signature
+from jobs.observe.identity import worker_id
 from jobs.settings import Settings
-from jobs.work.claims import worker_id
 
 log = logging.getLogger(__name__)
 

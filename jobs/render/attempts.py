@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
+from jobs.claims.claims import ClaimedUnit
 from jobs.cost.meter import Meter
 from jobs.db.queries import Factory
+from jobs.observe import prometheus
 from jobs.render import record
 from jobs.render.record import VideoOutput
 from jobs.settings import Settings
-from jobs.work import prometheus
-from jobs.work.claims import ClaimedUnit
 
 log = logging.getLogger(__name__)
 

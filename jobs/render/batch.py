@@ -22,10 +22,15 @@ from typing_extensions import assert_never
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.claims import claims, leases
+from jobs.claims.claims import Claim, ClaimedUnit, Serving, waiting_shapes
+from jobs.claims.gate import Gate
 from jobs.cost.meter import Meter
 from jobs.db.queries import Factory
 from jobs.manifest import keys
 from jobs.notify.finished import run_finished
+from jobs.observe import logs, prometheus
+from jobs.observe.identity import worker_id
 from jobs.render import record
 from jobs.render.attempts import charge_released, retry
 from jobs.render.chunks import chunk_request, drop_checkpoints
@@ -37,9 +42,6 @@ from jobs.render.record import VideoOutput
 from jobs.render.stopping import BatchProgress, Stopping
 from jobs.render.store import earlier_upload, store_all
 from jobs.settings import Settings
-from jobs.work import claims, leases, logs, prometheus
-from jobs.work.claims import Claim, ClaimedUnit, Serving, waiting_shapes, worker_id
-from jobs.work.gate import Gate
 from storage.stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
 
 
 def serving(settings: Settings, engine: Engine) -> Serving:
-    """What this worker claims (jobs.work.claims.Serving): the models it serves, their registrations' batch limits,
+    """What this worker claims (jobs.claims.claims.Serving): the models it serves, their registrations' batch limits,
     and what its engine has warm."""
     registry = engine.registry
     models = settings.served_models(registry)

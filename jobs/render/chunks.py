@@ -16,10 +16,10 @@ import torch
 from engine.chunks import ChunkPlan, chunk_seed
 from engine.engine import Engine
 from engine.types import RenderedVideo, RenderRequest, Shape
+from jobs.claims.claims import ClaimedUnit
 from jobs.db.queries import Factory
 from jobs.manifest.keys import checkpoint_key
 from jobs.render.record import checkpoints, chunk_tokens
-from jobs.work.claims import ClaimedUnit
 from storage.stores import Store, StoreError
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.images import MAX_IMAGE_BYTES, ImageError, decode_image, fit_image
 from engine.types import RenderRequest, Shape
-from jobs.work.claims import ClaimedUnit
+from jobs.claims.claims import ClaimedUnit
 from storage.inputs import read_input
 from storage.stores import StoreError
 

@@ -7,10 +7,10 @@ import logging
 import threading
 import time
 
+from jobs.claims import leases
+from jobs.claims.claims import Claim
 from jobs.db.queries import Factory
 from jobs.render.stopping import BatchProgress, Phase, Stopping
-from jobs.work import leases
-from jobs.work.claims import Claim
 
 log = logging.getLogger(__name__)
 

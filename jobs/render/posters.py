@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import logging
 
+from jobs.claims.claims import ClaimedUnit
 from jobs.manifest import keys
-from jobs.work.claims import ClaimedUnit
 from storage.poster import CONTENT_TYPE, poster_jpeg
 from storage.stores import ObjectConflict
 

@@ -1,6 +1,6 @@
 """Recording a claimed unit's outcome: success with its output and cost records, a long video's finished chunk, a
 retry, a failure, and the checksum written before an upload. Every write is fenced by the unit's lease token
-(jobs.work.leases.fenced): a worker whose lease was taken over writes nothing.
+(jobs.claims.leases.fenced): a worker whose lease was taken over writes nothing.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from jobs.claims.claims import ClaimedUnit
+from jobs.claims.leases import fenced, fenced_all, retry_or_fail
 from jobs.cost.prices import Rate, StoragePrice, charge
 from jobs.db.queries import Factory
 from jobs.db.rows import Video, WorkUnit, utcnow
 from jobs.db.status import Status, move, transition
-from jobs.work.claims import ClaimedUnit
-from jobs.work.leases import fenced, fenced_all, retry_or_fail
 
 # The render's stages, each with its seconds on the video's row (`text_s`, ...): its share of its batches' stages.
 RENDER_STAGES = ("text", "denoise", "decode")
@@ -83,7 +83,7 @@ def record_successes(factory: Factory, done: list[tuple[ClaimedUnit, VideoOutput
     """record_success for several videos in one transaction, each fenced alone (a unit whose lease was lost is
     skipped, the others recorded): a batch's successes cost one commit, where one each made a batch of small previews
     wait on a disk flush per video (docs/PERFORMANCE.md, "Storing on several threads"), and their rows are fenced
-    with two statements (jobs.work.leases.fenced_all). Returns, by unit id, whether each was recorded."""
+    with two statements (jobs.claims.leases.fenced_all). Returns, by unit id, whether each was recorded."""
     if not done:
         return {}
     with factory.begin() as s:

@@ -17,9 +17,11 @@ from typing_extensions import assert_never
 
 from engine.engine import Engine
 from engine.types import RenderedVideo
+from jobs.claims.claims import Claim, ClaimedUnit
 from jobs.cost.meter import Meter
 from jobs.db.queries import Factory
 from jobs.manifest import keys
+from jobs.observe import prometheus
 from jobs.render import record
 from jobs.render.attempts import count_success, retry
 from jobs.render.chunks import drop_checkpoints, stitch_long, store_chunk
@@ -27,8 +29,6 @@ from jobs.render.finisher import BatchResult
 from jobs.render.posters import adopted_poster, put_poster
 from jobs.render.record import VideoOutput
 from jobs.settings import Settings
-from jobs.work import prometheus
-from jobs.work.claims import Claim, ClaimedUnit
 from storage.encode import encode_mp4
 from storage.poster import poster_jpeg
 from storage.stores import ObjectConflict, StoredObject
@@ -191,7 +191,7 @@ class _Steps:
     def map(self, step: Callable, *columns: list) -> list:
         if self.pool is None:
             return [step(*args) for args in zip(*columns)]
-        # Each on a copy of this thread's context, so its log lines keep the batch's bound fields (jobs.work.logs).
+        # Each on a copy of this thread's context, so its log lines keep the batch's bound fields (jobs.observe.logs).
         futures = [self.pool.submit(contextvars.copy_context().run, step, *args) for args in zip(*columns)]
         return [future.result() for future in futures]
 

@@ -19,8 +19,8 @@ from jobs.cost.projection import Projection, alive_workers, projections
 from jobs.db.queries import Factory
 from jobs.db.rows import Run, utcnow
 from jobs.errors import UsageError
+from jobs.observe.prometheus import DEADLINE_AT_RISK, DEADLINE_SLACK
 from jobs.settings import Settings
-from jobs.work.prometheus import DEADLINE_AT_RISK, DEADLINE_SLACK
 
 log = logging.getLogger(__name__)
 

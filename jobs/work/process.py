@@ -27,12 +27,13 @@ from celery.signals import (
 from engine.engine import Engine
 from jobs.cost.meter import Meter
 from jobs.db.connect import session_factory
+from jobs.observe import logs
+from jobs.observe.identity import worker_id
+from jobs.observe.prometheus import serve
 from jobs.render.finisher import Finisher
 from jobs.render.stopping import Stopping
 from jobs.settings import Settings
-from jobs.work import logs, shutdown
-from jobs.work.claims import worker_id
-from jobs.work.prometheus import serve
+from jobs.work import shutdown
 from jobs.work.sweeper import Sweeper
 from jobs.work.tickets import send_tickets
 

@@ -27,13 +27,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
+from jobs.claims import claims, leases
 from jobs.cost import ledger
 from jobs.cost.meter import Meter
 from jobs.db import limits
 from jobs.db.rows import utcnow
 from jobs.notify import finished, send
+from jobs.observe import prometheus
 from jobs.settings import Settings
-from jobs.work import claims, deadlines, leases, prometheus
+from jobs.work import deadlines
 
 log = logging.getLogger(__name__)
 

@@ -57,7 +57,8 @@ class Worker:
         return f"Worker({self.name}, pid {self.pid}, {self.pool})"
 
     def owns(self, lease_owner: str | None) -> bool:
-        """Is `lease_owner` (`hostname:pid`, written by jobs.render.batch.worker_id) this worker or one of its children?"""
+        """Is `lease_owner` (`hostname:pid`, written by jobs.observe.identity.worker_id) this worker or one of its
+        children?"""
         if not lease_owner:
             return False
         pid = int(lease_owner.rsplit(":", 1)[1])

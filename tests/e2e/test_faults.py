@@ -192,7 +192,7 @@ def test_postgres_restart(tmp_path, cli_env, own_postgres, redis_server, s3_env)
 
 def test_frozen_inside_its_lease_renewal(farm):
     """The freeze above, landed at its worst moment: inside the holder's lease-renewal transaction, which has
-    locked a unit row (SELECT ... FOR UPDATE in jobs.work.leases.fenced). A VM pause, a debugger, or a network
+    locked a unit row (SELECT ... FOR UPDATE in jobs.claims.leases.fenced). A VM pause, a debugger, or a network
     partition of the worker catches a transaction open the same way; the server keeps the row lock for as long as
     the client is away, since nothing ends an idle transaction.
 

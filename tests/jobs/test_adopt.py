@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from engine.engine import Engine
+from jobs.claims import leases
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.db.rows import Video
@@ -19,7 +20,6 @@ from jobs.manifest import load_manifest
 from jobs.render import record
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
-from jobs.work import leases
 from storage.local import LocalStore
 from tests.e2e.procs import TcpGate
 

@@ -9,13 +9,13 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
+from jobs.claims import claims, leases
+from jobs.claims.gate import Gate
 from jobs.cli import app
 from jobs.db import limits, queries
 from jobs.db.rows import Run, Video
 from jobs.db.status import Status
 from jobs.reports.summary import report_dict
-from jobs.work import claims, leases
-from jobs.work.gate import Gate
 
 from .clocked import RATE, make_world, videos
 

@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
+from jobs.claims import claims, leases
 from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.connect import make_engine, reads, session_factory, upgrade
@@ -14,7 +15,6 @@ from jobs.db.status import IllegalTransition, Status, transition
 from jobs.errors import RunNameTaken
 from jobs.manifest import load_manifest
 from jobs.render import record
-from jobs.work import claims, leases
 
 
 def write_manifest(tmp_path, name="night", priority=0, videos=None, extra=""):

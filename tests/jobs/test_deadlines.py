@@ -13,14 +13,15 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
+from jobs.claims import claims, leases
+from jobs.claims.gate import Gate
 from jobs.cli import app
 from jobs.db import queries
 from jobs.db.rows import Run, Video, as_utc, utcnow
 from jobs.db.status import Status
 from jobs.errors import UsageError
 from jobs.reports.summary import report_dict
-from jobs.work import claims, deadlines, leases
-from jobs.work.gate import Gate
+from jobs.work import deadlines
 from jobs.work.sweeper import Sweeper
 
 from .clocked import RATE, make_world, videos

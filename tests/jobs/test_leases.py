@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from engine.engine import Engine
+from jobs.claims import claims, leases
 from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
@@ -20,7 +21,6 @@ from jobs.manifest import load_manifest
 from jobs.render import keeper, record
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
-from jobs.work import claims, leases
 
 from .test_db import write_manifest
 
@@ -38,7 +38,7 @@ def statuses(factory):
 
 CLAIMER = """
 import json, sys
-from jobs.work import claims
+from jobs.claims import claims
 from jobs.db.connect import session_factory
 factory = session_factory(sys.argv[1])
 print("ready", flush=True)

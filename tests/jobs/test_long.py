@@ -11,6 +11,7 @@ from sqlalchemy import select
 from engine.engine import Engine
 from engine.models import TINY
 from engine.types import RenderRequest, Shape
+from jobs.claims import claims, leases
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkUnit
@@ -19,7 +20,6 @@ from jobs.manifest import derive_seed, load_manifest
 from jobs.render import record
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
-from jobs.work import claims, leases
 from storage.encode import decode_frames, probe_mp4
 
 WINDOW = Shape("tiny", 64, 64, TINY.max_frames, 2, 5.0)  # 33 frames

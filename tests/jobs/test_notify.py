@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import func, select
 
+from jobs.claims import claims
 from jobs.db import queries
 from jobs.db.rows import Notification, utcnow
 from jobs.manifest import load_manifest
@@ -18,7 +19,6 @@ from jobs.notify.sign import signature, verify
 from jobs.render import record
 from jobs.render.record import VideoOutput
 from jobs.settings import Settings
-from jobs.work import claims
 from tests.webhooks import receiver, signed_by
 
 SECRET = "whsec_test_0123456789"

@@ -18,6 +18,7 @@ from PIL import Image
 from sqlalchemy import select
 
 from engine.engine import Engine
+from jobs.claims import leases
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.db.rows import Video
@@ -27,7 +28,6 @@ from jobs.render import record
 from jobs.render.batch import render_next_batch
 from jobs.reports.summary import report_dict
 from jobs.settings import Settings
-from jobs.work import leases
 from storage.encode import decode_frames, probe_mp4
 from storage.poster import poster_jpeg
 from tests.conftest import REPO

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from engine.engine import Engine
+from jobs.claims import claims, leases
 from jobs.db import queries
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
@@ -18,7 +19,6 @@ from jobs.manifest import keys, load_manifest
 from jobs.render import store
 from jobs.render.batch import Finisher, render_next_batch
 from jobs.settings import Settings
-from jobs.work import claims, leases
 from storage.encode import probe_mp4
 
 
@@ -208,7 +208,7 @@ def test_a_batch_shows_in_the_prometheus_metrics(setup):
 
     from prometheus_client import REGISTRY
 
-    from jobs.work import prometheus as metrics
+    from jobs.observe import prometheus as metrics
     from tests.services import free_port
 
     def value(name, **labels):

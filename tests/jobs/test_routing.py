@@ -9,14 +9,14 @@ from sqlalchemy import select, update
 from typer.testing import CliRunner
 
 from engine.types import Shape
+from jobs.claims import claims, leases
+from jobs.claims.claims import Serving
 from jobs.cli import app as cli
 from jobs.db import queries
 from jobs.db.rows import Video, WorkerSession, WorkUnit, utcnow
 from jobs.manifest import load_manifest
 from jobs.settings import Settings
-from jobs.work import claims, leases
 from jobs.work.app import create_app
-from jobs.work.claims import Serving
 from jobs.work.tickets import send_tickets
 
 TOY = Shape("toy", 32, 32, 9, 20, 2.0)  # the toy model's defaults

@@ -10,6 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from sqlalchemy import func, select, update
 
 from engine.models import Registry
+from jobs.claims import claims, leases
 from jobs.cost.prices import Rate
 from jobs.db import queries
 from jobs.db.connect import session_factory
@@ -17,7 +18,6 @@ from jobs.db.rows import CostRecord, Run, Video, WorkUnit
 from jobs.db.status import TRANSITIONS, IllegalTransition, Status, transition
 from jobs.manifest import load_manifest
 from jobs.render import record
-from jobs.work import claims, leases
 
 
 @given(st.sampled_from(list(Status)), st.sampled_from(list(Status)))

@@ -7,13 +7,13 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
+from jobs.claims import claims
 from jobs.cost.meter import Meter
 from jobs.db import queries
 from jobs.db.rows import WorkerSession, WorkUnit, utcnow
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
 from jobs.settings import Settings
-from jobs.work import claims
 from jobs.work.sweeper import Sweeper
 from tests.jobs.clocked import RATE
 

@@ -110,7 +110,7 @@ def test_json_log_lines_carry_the_bound_batch():
     import json
     import logging
 
-    from jobs.work.logs import JsonFormatter, bound
+    from jobs.observe.logs import JsonFormatter, bound
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

@@ -1,4 +1,4 @@
-"""Taking work: a worker claims a same-shape batch of claimable units, each a lease (jobs.work.leases).
+"""Taking work: a worker claims a same-shape batch of claimable units, each a lease (jobs.claims.leases).
 
 Claimable (jobs.db.queries.claimable_units): pending, its turn (a long video's next chunk waits for the one before),
 past its retry backoff, and of a model the worker serves (`Serving`): work for a model no live worker serves waits.
@@ -10,8 +10,6 @@ smaller) join it.
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,20 +17,15 @@ from datetime import timedelta
 from sqlalchemy import case, func, select, update
 
 from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.claims.gate import Gate
 from jobs.db.connect import reads
 from jobs.db.queries import Factory, claimable_units, waiting_units
 from jobs.db.rows import Run, Video, WorkUnit, utcnow
 from jobs.db.status import Status, check_move
-from jobs.work.gate import Gate
 from storage.codecs import DEFAULT, Encoding
 
 # Claim order, best first: the order of the claim indexes (jobs.db.rows), so each probe reads one index entry.
 ORDER = (WorkUnit.rank.desc(), WorkUnit.id)
-
-
-def worker_id() -> str:
-    """This process, as leases, worker sessions and webhook attempts name it: `host:pid`."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -117,7 +110,7 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float,
     A unit marked solo (its batch failed before) is claimed alone. On PostgreSQL every select uses FOR UPDATE SKIP
     LOCKED, so concurrent workers take disjoint units without waiting (a probe's best unit that loses to another
     probe's stays locked until this transaction ends, milliseconds, and other workers pass over it meanwhile); on
-    SQLite the transaction is BEGIN IMMEDIATE (jobs.db.connect). With a `gate` (jobs.work.gate), the batch holds only
+    SQLite the transaction is BEGIN IMMEDIATE (jobs.db.connect). With a `gate` (jobs.claims.gate), the batch holds only
     what its runs' deadlines and cost caps let start; the runs it holds back are passed over for the next best units.
     """
     now = utcnow()

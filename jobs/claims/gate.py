@@ -1,5 +1,5 @@
 """Whether a claimed batch may start: its runs' deadlines and cost caps, checked in the claim's own transaction
-(jobs.work.claims.claim_batch), so no batch starts that the check did not see.
+(jobs.claims.claims.claim_batch), so no batch starts that the check did not see.
 
 - deadline: a run whose deadline has come starts nothing more: it is held, and the next sweep expires it
   (jobs.db.limits.expire_due: its waiting videos end cancelled, reason deadline, and its result files are written).

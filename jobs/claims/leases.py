@@ -1,4 +1,4 @@
-"""Holding work: a claim (jobs.work.claims) is a lease, renewed while the worker renders, fenced by a token.
+"""Holding work: a claim (jobs.claims.claims) is a lease, renewed while the worker renders, fenced by a token.
 
 The database is the source of truth. A claim sets each unit's lease (owner, expiry, a token that grows with every
 claim). The worker renews the lease while it renders; every write it makes afterwards presents its token (`fenced`)
@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, tuple_, update
 from sqlalchemy.orm import Session
 
+from jobs.claims.claims import ClaimedUnit
 from jobs.db.connect import reads
 from jobs.db.queries import Factory
 from jobs.db.rows import Run, Video, WorkUnit, utcnow
 from jobs.db.status import Status, move
-from jobs.work.claims import ClaimedUnit
 
 
 def fenced(s: Session, unit: ClaimedUnit) -> tuple[WorkUnit, Video] | None:
