@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from engine.errors import ModelNotFound
-from engine.families import PUBLISHED, FolderFacts, Published, read_folder
+from engine.families import PUBLISHED, FolderFacts, Published, check_image_condition, read_folder
 from engine.models import MODEL_NAME, WAN_DEFAULTS, ModelDefaults, ModelInfo, Registry
 from engine.registration import Problem, parse_adapters, parse_decoder, parse_sampler, wrap
 
@@ -72,6 +72,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
         if not ((base or path) / "model_index.json").is_file():
             raise ModelNotFound(f"{where}: {base or path} holds no model_index.json")
         facts = read_folder(base or path, where)
+        check_image_condition(facts, entry.get("image_condition"), where, base or path)
         published = PUBLISHED[facts.family]
         given = entry.get("defaults") or {}
         unknown = set(given) - set(_DEFAULT_FIELDS)
