@@ -136,12 +136,14 @@ def _check_image_folder(path: Path, index: dict, vae: dict, transformer: dict, t
                             f"{IMAGE_PIPELINE} feeds it {wanted} ({z_dim} latent + {temporal} mask + {z_dim} picture "
                             "channels)")
     if transformer.get("image_dim") is not None:
+        for name in ("image_encoder", "image_processor"):
+            entry = index.get(name)
+            if not (isinstance(entry, list) and len(entry) == 2 and entry[1] is not None):
+                raise ModelNotFound(f"{where}: {path / 'model_index.json'}: {name} is {entry!r}, but {config_file} "
+                                    f"has image_dim {transformer['image_dim']}: the picture is encoded with the image "
+                                    "encoder and its processor")
         _component(path, index, "image_encoder", where, required=True)
-        entry = index.get("image_processor")
-        if not (isinstance(entry, list) and len(entry) == 2 and entry[1] is not None):
-            raise ModelNotFound(f"{where}: {path / 'model_index.json'}: image_processor is {entry!r}; "
-                                f"{config_file} has image_dim {transformer['image_dim']}, so the picture is encoded "
-                                "with the image encoder and its processor")
+        entry = index["image_processor"]
         if not (path / "image_processor" / "preprocessor_config.json").is_file():
             raise ModelNotFound(f"{where}: {path / 'model_index.json'} names image_processor ({entry[1]}) but "
                                 f"{path / 'image_processor' / 'preprocessor_config.json'} is missing")
