@@ -6,6 +6,7 @@ Tensor names are the ones diffusers' converters read (diffusers/loaders/lora_con
 `lora_unet_*`). For each layout one layer's fused weight is checked against numbers worked out by hand: W + scale x
 (alpha / rank) x B @ A, on its top-left 2x2 block, the rest of the layer unchanged."""
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -87,7 +88,8 @@ def test_original_wan_layout_with_alphas_and_image_attention(tiny_i2v, model_cac
         f"{p}.self_attn.q.lora_down.weight": A2, f"{p}.self_attn.q.lora_up.weight": B2,
         f"{p}.self_attn.q.alpha": torch.tensor(1.0),
         # B @ A = [[1, -1], [2, -2]]; x 2 x 3 = [[6, -6], [12, -12]]
-        f"{p}.cross_attn.k_img.lora_down.weight": down([[1, -1]]), f"{p}.cross_attn.k_img.lora_up.weight": up([[1], [2]]),
+        f"{p}.cross_attn.k_img.lora_down.weight": down([[1, -1]]),
+        f"{p}.cross_attn.k_img.lora_up.weight": up([[1], [2]]),
         f"{p}.cross_attn.k_img.alpha": torch.tensor(2.0),
         f"{p}.cross_attn.v_img.lora_down.weight": down([[1]]), f"{p}.cross_attn.v_img.lora_up.weight": up([[1]]),
         f"{p}.cross_attn.v_img.alpha": torch.tensor(1.0),
@@ -107,7 +109,7 @@ def test_original_wan_layout_with_alphas_and_image_attention(tiny_i2v, model_cac
     # diff_b is a bias added at the adapter's scale: 3 x 0.25 on every output.
     torch.testing.assert_close(fused["blocks.0.ffn.net.0.proj.bias"] - base["blocks.0.ffn.net.0.proj.bias"],
                                torch.full((FFN,), 0.75), rtol=0, atol=1e-6)
-    render(engine, "i2v-lora", image=__import__("numpy").full((32, 32, 3), 128, dtype="uint8"))
+    render(engine, "i2v-lora", image=np.full((32, 32, 3), 128, dtype=np.uint8))
 
 
 def test_lightx2v_style_layout_with_a_head_diff_and_zero_norm_diffs(tiny, model_cache, tmp_path):
@@ -196,10 +198,12 @@ def test_a_wan22_pair_in_the_original_layout_goes_to_each_expert(model_cache, tm
 @pytest.mark.parametrize("extra, message", [
     # A full-weight diff of a linear layer: diffusers' converter logs that it does not handle it and drops it.
     ({"diffusion_model.blocks.0.self_attn.q.diff": torch.ones(WIDTH, WIDTH)},
-     r"diffusers' Wan LoRA conversion would drop 1 tensor\(s\) holding non-zero values: 'diffusion_model\.blocks\.0\.self_attn\.q\.diff'"),
+     r"diffusers' Wan LoRA conversion would drop 1 tensor\(s\) holding non-zero values: "
+     r"'diffusion_model\.blocks\.0\.self_attn\.q\.diff'"),
     # A norm layer's diff that is not zero: dropped on purpose by the converter, so not applied.
     ({"diffusion_model.blocks.0.norm3.diff": torch.ones(WIDTH)},
-     r"diffusers' Wan LoRA conversion would drop 1 tensor\(s\) holding non-zero values: 'diffusion_model\.blocks\.0\.norm3\.diff'"),
+     r"diffusers' Wan LoRA conversion would drop 1 tensor\(s\) holding non-zero values: "
+     r"'diffusion_model\.blocks\.0\.norm3\.diff'"),
     # An image-attention key without its pair: the converter leaves it over and raises.
     ({"diffusion_model.blocks.0.cross_attn.k_img.lora_down.weight": torch.ones(1, WIDTH)},
      r"diffusers' Wan LoRA conversion cannot read it \(ValueError: `state_dict` should be empty"),

@@ -21,23 +21,7 @@ from engine.tiny import (build_tiny_a14b_pipeline, build_tiny_i2v_pipeline, buil
                          build_tiny_ti2v_pipeline)
 from engine.types import RenderBatch, RenderRequest, Shape
 
-
-def build_i2v_a14b():
-    """Wan2.2-I2V-A14B's layout at toy widths: WanImageToVideoPipeline with a high-noise `transformer` and a
-    low-noise `transformer_2` that read 16 latent + 4 mask + 16 picture channels and attend to no image embedding
-    (image_dim null), no image encoder or processor, and the published boundary_ratio 0.9."""
-    from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
-
-    base = build_tiny_pipeline()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(11)
-        experts = [WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16,
-                                         in_channels=36, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
-                                         num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-                                         rope_max_seq_len=256) for _ in range(2)]
-    return WanImageToVideoPipeline(tokenizer=base.tokenizer, text_encoder=base.text_encoder, vae=base.vae,
-                                   scheduler=base.scheduler, image_processor=None, image_encoder=None,
-                                   transformer=experts[0], transformer_2=experts[1], boundary_ratio=0.9)
+from .wan22 import build_i2v_a14b
 
 
 def in_dtype(build, dtype):
