@@ -100,3 +100,34 @@ def test_three_pictures_in_one_batch_render_as_three_alone(folder, model_cache, 
         (alone,) = engine.render(RenderBatch(SHAPE, (request,)))
         diff = np.abs(alone.frames.astype(int) - video.frames.astype(int))
         assert diff.max() <= 1 and diff.mean() < 0.01, request.video_id
+
+
+def test_a_gated_lever_runs_on_the_image_path(folder, model_cache, tmp_path):
+    """guidance_fraction 0.5 (behind its recorded gate) on 4 guided steps, guidance unbatched: the first 2 steps take
+    2 transformer passes and the last 2 one each, 6 in all against exact mode's 8, counted on both experts."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from engine import gates
+
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    calls = {}
+    for name, config in (("exact", EngineConfig(cache_dir=cache).exact()),
+                         ("lever", replace(EngineConfig(cache_dir=cache).exact(), guidance_fraction=0.5))):
+        engine = Engine(config, registry(tmp_path, folder))
+        if config.lossy():
+            gates.record(cache, gates.Gate(
+                model="i2v", identity=engine.gate_identity(engine.registry.get("i2v")), setting=config.lossy(),
+                count=16, batch=8, speedup=1.5, psnr_db_min=30, psnr_db_mean=35, ssim_min=0.9, adherence={},
+                exact_adherence={}, measured_at=datetime.now(timezone.utc).isoformat(), failures=[]))
+        pipe = engine.pipeline("i2v")
+        count = [0]
+        hooks = [m.register_forward_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+                 for m in (pipe.transformer, pipe.transformer_2)]
+        (video,) = engine.render(RenderBatch(SHAPE, (RenderRequest(1, "a", None, 5, image=picture(4)),)))
+        for hook in hooks:
+            hook.remove()
+        assert video.error is None
+        calls[name] = count[0]
+    assert calls == {"exact": 8, "lever": 6}
