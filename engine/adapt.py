@@ -2,7 +2,8 @@
 a sampler in place of the folder's scheduler, a light decoder in place of the VAE's; and the identity its quality
 gates are recorded under.
 
-Adapters are loaded and fused once, at load, with diffusers' own LoRA API (PEFT underneath): `load_lora_weights`
+Adapters are loaded and fused once, at load, with diffusers' own LoRA API (PEFT underneath): each file converted
+from its published layout by diffusers and checked to lose no tensor (engine.adapter_files), `load_lora_weights`
 per adapter (`load_into_transformer_2` for one going to Wan 2.2 A14B's low-noise expert), then for each expert its
 adapters' scales (`set_adapters`) and `fuse_lora` of that component alone, and `unload_lora_weights`. Each expert is
 then a plain transformer with changed weights, so a step costs what an unadapted step costs.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from engine import light_decoder
+from engine import adapter_files, light_decoder
 from engine.models import ModelInfo
 from engine.registration import HIGH_NOISE, SAMPLERS, Sampler
 from engine.text_cache import ALL_PARTS, model_identity
@@ -29,8 +30,20 @@ def fuse_adapters(pipe, info: ModelInfo) -> None:
     per_expert: dict[str, list[tuple[str, float]]] = {}
     for i, adapter in enumerate(info.adapters):
         name = f"adapter{i}"
-        pipe.load_lora_weights(str(adapter.path), adapter_name=name,
-                               load_into_transformer_2=adapter.component == "transformer_2")
+        # diffusers' own conversion of whichever layout the file is in, checked to drop nothing, then loaded, and
+        # checked to be in its layers in full (engine.adapter_files).
+        try:
+            converted = adapter_files.convert(adapter.path)
+            try:
+                pipe.load_lora_weights(converted, adapter_name=name,
+                                       load_into_transformer_2=adapter.component == "transformer_2")
+            except (KeyError, ValueError, IndexError, RuntimeError) as exc:
+                raise adapter_files.AdapterRefused(f"{adapter.path}: diffusers cannot load it into "
+                                                   f"{adapter.component}: {exc}") from None
+            adapter_files.check_injected(adapter.path, converted, getattr(pipe, adapter.component), name,
+                                         adapter.component)
+        except adapter_files.AdapterRefused as exc:
+            raise adapter_files.AdapterRefused(f"model {info.name!r}: adapters[{i}]: {exc}") from None
         per_expert.setdefault(adapter.component, []).append((name, adapter.scale))
     for component, named in per_expert.items():
         names = [name for name, _ in named]

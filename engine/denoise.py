@@ -23,11 +23,15 @@ ones), which is also how the clean tie of a long video's chunk gives its tied to
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.errors import RenderInterrupted
 from engine.experts import experts
+
+if TYPE_CHECKING:
+    from engine.i2v import PictureInputs
 
 
 def supports(pipe) -> bool:
@@ -47,7 +51,8 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
             conditions: list[torch.Tensor | None] | None = None, release_sigma: float = 0.0,
             clean_condition: bool = False, images: list[torch.Tensor | None] | None = None,
             should_stop: Callable[[], str | None] | None = None,
-            activate: Callable[[torch.nn.Module], None] | None = None) -> torch.Tensor:
+            activate: Callable[[torch.nn.Module], None] | None = None,
+            picture: PictureInputs | None = None) -> torch.Tensor:
     """Latents for a batch, as `pipe(..., output_type="latent", guidance_scale=guidance,
     guidance_scale_2=guidance_2)` returns them. `guidance_steps`: guide only the first this many steps (None: all of
     them). `activate` is called with each step's expert before it runs (engine.experts.ExpertSwap.activate).
@@ -67,7 +72,16 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     TI2V conditions on its first frame (WanImageToVideoPipeline with expand_timesteps), whatever `clean_condition` and
     `release_sigma` say of chunk ties. A video has an image or a condition, never both (a long video's image is its
     first chunk's).
+
+    `picture` (engine.i2v.prepare): WanImageToVideoPipeline's inputs for a batch of pictures (Wan 2.1 I2V, Wan 2.2
+    I2V A14B): its initial noise replaces the loop's, and at every step the transformer reads the latents with the
+    mask and picture channels beside them, and the pictures' embedding where the transformer takes one, as that
+    pipeline's loop does (bit-identical for a batch of one in exact mode, tested). Not with `conditions` or `images`.
     """
+    tied_or_framed = any(c is not None for c in conditions or ()) or any(i is not None for i in images or ())
+    if picture is not None and tied_or_framed:
+        raise ValueError("a picture's mask and channels (image_condition: pipeline) do not combine with chunk ties "
+                         "or first frames")
     device = pipe._execution_device
     transformer = pipe.transformer
     dtype = transformer.dtype
@@ -80,10 +94,15 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
     pipe.scheduler.set_timesteps(steps, device=device)
     timesteps = pipe.scheduler.timesteps
 
-    # 5. Prepare latent variables (the pipeline's own method: the same noise from the same generators)
-    latents = pipe.prepare_latents(batch, transformer.config.in_channels, height, width, frames, torch.float32,
-                                   device, generators, None)
-    pipe.scheduler.set_begin_index(0)
+    # 5. Prepare latent variables (the pipeline's own method: the same noise from the same generators); for a
+    # picture, WanImageToVideoPipeline's, prepared with its mask and channels (engine.i2v.prepare; that pipeline sets
+    # no begin index)
+    if picture is None:
+        latents = pipe.prepare_latents(batch, transformer.config.in_channels, height, width, frames, torch.float32,
+                                       device, generators, None)
+        pipe.scheduler.set_begin_index(0)
+    else:
+        latents = picture.latents
     tie = _ties(conditions, images, clean_condition, latents)
     # Per-token timesteps, as a (batch, tokens) multiplier of the step's timestep: 1 everywhere for TI2V (the
     # pipeline's all-ones mask, as float32, so `keep * t` is its `mask * t` bit for bit), 0 on tokens held clean (a
@@ -109,15 +128,27 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
         if getattr(model, "is_cache_enabled", False):
             model._reset_stateful_cache()
 
+    def model_input(latents: torch.Tensor) -> torch.Tensor:
+        """What the transformer reads: the latents, and for a picture its mask and channels beside them
+        (WanImageToVideoPipeline: `torch.cat([latents, condition], dim=1).to(transformer_dtype)`)."""
+        if picture is None:
+            return latents.to(dtype)
+        return torch.cat([latents, picture.condition], dim=1).to(dtype)
+
     def forward(model, name: str, hidden: torch.Tensor, context: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         if keep is None:
             timestep = t.expand(hidden.shape[0])
         else:  # repeated for a stacked guidance pass
             timestep = (keep * t).repeat(hidden.shape[0] // batch, 1)
+        extra = {}
+        if picture is not None and picture.embeds is not None:  # the picture's embedding, per pass of the stack
+            extra["encoder_hidden_states_image"] = picture.embeds.repeat(hidden.shape[0] // batch, 1, 1)
         if not getattr(model, "is_cache_enabled", False):
-            return model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context, return_dict=False)[0]
+            return model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context, return_dict=False,
+                         **extra)[0]
         with model.cache_context(name):
-            return model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context, return_dict=False)[0]
+            return model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=context, return_dict=False,
+                         **extra)[0]
 
     # 6. Denoising loop
     for i, t in enumerate(timesteps):
@@ -130,7 +161,7 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
             model, scale = pipe.transformer_2, guidance_2
         if activate is not None:
             activate(model)
-        x = latents.to(dtype)
+        x = model_input(latents)
         guide = guided and (guidance_steps is None or i < guidance_steps)
         if guide and context is not None:
             noise_pred, noise_uncond = forward(model, "both", torch.cat([x, x]), context, t).chunk(2)

@@ -111,24 +111,25 @@ class Engine:
         with torch.inference_mode():
             embeds, negative = self._embeddings(shape, info, pipe, requests)
             clock.lap("text")
-            # 1. Denoise to latents: the pipeline's image-to-video loop; the engine's loop (WanPipeline's, bit for
-            # bit in exact mode; guidance batched, lossy accelerators, first frames and chunk ties, the expert swap);
-            # or, for a pipeline it does not know, diffusers' own stopped before decoding.
+            # 1. Denoise to latents: the engine's loop (WanPipeline's, and with a picture's inputs
+            # WanImageToVideoPipeline's, bit for bit in exact mode; guidance batched, lossy accelerators, first frames
+            # and chunk ties, the expert swap); or, for a pipeline it does not know, diffusers' own stopped before
+            # decoding.
             config = self.config
             conditions = [r.condition for r in requests]
             check_images(shape, requests)
             images = self._first_frames(info, pipe, requests)
             chunked = any(c is not None for c in conditions) or any(r.latents_only for r in requests)
+            picture = None
             if info.image_condition == "pipeline":
-                if config.lossy() or chunked:
-                    raise RenderError(f"{shape.model}: lossy settings and long videos are not available on the "
-                                      f"pipeline image-to-video path")
-                latents = i2v.denoise_i2v(
-                    pipe, images=[r.image for r in requests], prompt_embeds=embeds, negative_prompt_embeds=negative,
-                    height=shape.height, width=shape.width, frames=shape.frames, steps=shape.steps,
-                    guidance=shape.guidance, generators=generators, should_stop=should_stop,
-                )
-            elif denoise.supports(pipe):
+                if chunked:
+                    raise RenderError(f"{shape.model}: long videos are not yet available on the pipeline "
+                                      "image-to-video path")
+                # WanImageToVideoPipeline's inputs (its noise, mask and picture channels, image embedding), read
+                # by the one loop below as one of its steps.
+                picture = i2v.prepare(pipe, [r.image for r in requests], shape.height, shape.width, shape.frames,
+                                      generators)
+            if denoise.supports(pipe):
                 steps = config.steps_for(shape.steps)
                 swap = self.swaps.get(shape.model)
                 latents = denoise.denoise(
@@ -138,8 +139,9 @@ class Engine:
                     guidance_steps=config.guided_steps(steps), conditions=conditions,
                     release_sigma=config.chunk_release_sigma, clean_condition=info.chunk_condition == "clean",
                     images=images, should_stop=should_stop, activate=swap.activate if swap else None,
+                    picture=picture,
                 )
-            elif config.lossy() or chunked or images:
+            elif config.lossy() or chunked or images or picture is not None:
                 raise RenderError(f"{shape.model}: lossy settings, long videos and first frames need a pipeline "
                                   "engine.denoise supports")
             else:

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from engine.errors import ModelNotFound
-from engine.families import PUBLISHED, FolderFacts, Published, read_folder
+from engine.families import PUBLISHED, FolderFacts, Published, check_image_condition, read_folder
 from engine.models import MODEL_NAME, WAN_DEFAULTS, ModelDefaults, ModelInfo, Registry
 from engine.registration import Problem, parse_adapters, parse_decoder, parse_sampler, wrap
 
@@ -31,7 +31,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
           max_batch: 2        # at most this many videos per batch, whatever the worker's --max-batch
         wan-1.3b-fast:            # the same folder, distilled: its own name, shape key and quality gate
           path: /models/Wan2.1-T2V-1.3B-Diffusers
-          adapters: [{path: /models/wan-step-distill-lora.safetensors, scale: 1.0}]   # diffusers LoRA layout
+          adapters: [{path: /models/wan-step-distill-lora.safetensors, scale: 1.0}]   # any layout diffusers reads
           sampler: {name: flow_euler, shift: 5.0}   # flow_euler (shift_terminal too), flow_unipc or flow_dpm
           decoder: /models/wan-light-decoder         # engine.light_decoder folder; the VAE's encoder stays
           teacher: wan-1.3b       # refused until its distilled gate passed (engine.gates)
@@ -72,6 +72,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
         if not ((base or path) / "model_index.json").is_file():
             raise ModelNotFound(f"{where}: {base or path} holds no model_index.json")
         facts = read_folder(base or path, where)
+        check_image_condition(facts, entry.get("image_condition"), where, base or path)
         published = PUBLISHED[facts.family]
         given = entry.get("defaults") or {}
         unknown = set(given) - set(_DEFAULT_FIELDS)

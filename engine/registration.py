@@ -1,8 +1,9 @@
 """What a registration may add to its base diffusers folder, and the checks made when the models file is read.
 
-- `adapters`: LoRA files in diffusers' layout (keys `transformer.<module>.lora_A.weight` / `.lora_B.weight`, as Wan
-  LoRAs are published for diffusers and as PEFT saves them), each with a scale and the expert it goes to; fused
-  into that transformer at load. A two-expert folder (Wan 2.2 A14B) takes one per expert, as few-step Wan 2.2
+- `adapters`: LoRA files in any layout diffusers' Wan LoRA loading reads (engine.adapter_files: diffusers'
+  `transformer.<module>.lora_A.weight`, the original Wan / ComfyUI `diffusion_model.*` names, musubi's
+  `lora_unet_*`), each with a scale and the expert it goes to; converted by diffusers and fused into that
+  transformer at load. A two-expert folder (Wan 2.2 A14B) takes one per expert, as few-step Wan 2.2
   adapters are published in high-noise and low-noise pairs, both files naming their tensors `transformer.*`.
 - `sampler`: a diffusers scheduler by name, with its shift, replacing the folder's.
 - `decoder`: a light VAE decoder folder (engine.light_decoder) used instead of the VAE's decoder.
@@ -25,6 +26,8 @@ from engine.errors import ModelNotFound
 # An adapter's `expert` -> the pipeline component it is fused into: Wan 2.2 A14B's high-noise expert is
 # `transformer` (and a one-transformer folder's only transformer is it), its low-noise expert `transformer_2`.
 EXPERTS = {"high_noise": "transformer", "low_noise": "transformer_2"}
+# The first names of the adapter layouts diffusers converts to its own (original Wan / ComfyUI; musubi-tuner).
+CONVERTED_PREFIXES = ("diffusion_model.", "lora_unet_")
 HIGH_NOISE = "high_noise"
 
 
@@ -156,6 +159,17 @@ def check_lora(path: Path, base: Path, key: str, component: str = "transformer")
     lora = read_header(path)
     if not lora:
         raise Problem(f"{key}.path: {path} holds no tensors")
+    # The layouts diffusers converts (WanLoraLoaderMixin.lora_state_dict: by the first tensor name's prefix; it
+    # strips that prefix from every name, so a file mixing layouts would be misread). Their tensors are followed
+    # through diffusers' conversion when the model loads (engine.adapter_files): that needs torch, which reading
+    # the models file at submit must not import.
+    for prefix in CONVERTED_PREFIXES:
+        if any(name.startswith(prefix) for name in lora):
+            other = sorted(name for name in lora if not name.startswith(prefix))
+            if other:
+                raise Problem(f"{key}.path: {path}: tensor {other[0]!r} is not named {prefix}* like the file's "
+                              "other tensors; diffusers reads one layout per file")
+            return
     layers: dict[str, dict] | None = None
     for name, info in sorted(lora.items()):
         part, _, rest = name.partition(".")
@@ -163,8 +177,8 @@ def check_lora(path: Path, base: Path, key: str, component: str = "transformer")
             raise Problem(f"{key}.path: {path}: tensor {name!r}: diffusers loads only tensors named transformer.*; "
                           f"name them so and give the adapter expert: low_noise to fuse it into transformer_2")
         if part != "transformer" or ".lora_" not in rest:
-            raise Problem(f"{key}.path: {path}: tensor {name!r} is not in diffusers' LoRA layout "
-                          f"(transformer.<module>.lora_A.weight / lora_B.weight)")
+            raise Problem(f"{key}.path: {path}: tensor {name!r} is in none of the layouts diffusers reads "
+                          f"(transformer.<module>.lora_A.weight / lora_B.weight, diffusion_model.*, lora_unet_*)")
         if layers is None:
             layers = _base_header(base, component, key)
         module, _, kind = rest.rpartition(".lora_")
@@ -179,6 +193,11 @@ def check_lora(path: Path, base: Path, key: str, component: str = "transformer")
         if kind == "B.weight" and (len(shape) != 2 or shape[0] != out_features):
             raise Problem(f"{key}.path: {path}: tensor {name!r} is {shape}, but {component}.{module} gives "
                           f"{out_features} outputs")
+        # PEFT reads a layer's rank from its lora_B and sizes its lora_A by it: one without the other fails.
+        if kind in ("A.weight", "B.weight"):
+            pair = f"transformer.{module}.lora_{'B' if kind == 'A.weight' else 'A'}.weight"
+            if pair not in lora:
+                raise Problem(f"{key}.path: {path}: tensor {name!r} has no {pair!r} to pair with")
 
 
 def _base_header(base: Path, part: str, key: str) -> dict:

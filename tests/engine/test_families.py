@@ -67,8 +67,16 @@ def edit_index(folder, **changes):
     (lambda f: edit_index(f, transformer_2=[None, None]),
      r"model_index.json: boundary_ratio 0.875 switches to transformer_2, which is null"),
     (lambda f: edit_index(f, boundary_ratio=1.5), r"boundary_ratio must be a number between 0 and 1, got 1.5"),
+    (lambda f: edit_index(f, _class_name="LTXPipeline"),
+     r"_class_name is 'LTXPipeline'; reelbatch renders folders of WanPipeline and WanImageToVideoPipeline"),
+    # A text-to-video transformer under the image-to-video class: it would not take the mask and picture channels.
     (lambda f: edit_index(f, _class_name="WanImageToVideoPipeline"),
-     r"_class_name is 'WanImageToVideoPipeline'; reelbatch renders text-to-video folders of WanPipeline"),
+     r"transformer/config.json: in_channels is 16, but WanImageToVideoPipeline feeds it 36 \(16 latent \+ 4 mask "
+     r"\+ 16 picture channels\)"),
+    (lambda f: [p.rename(p.with_name("diffusion_pytorch_model.fp16.safetensors"))
+                for p in (f / "transformer").glob("*.safetensors")],
+     r"/transformer holds only variant weight files \(diffusion_pytorch_model.fp16.safetensors\); reelbatch loads "
+     r"plain names"),
 ])
 def test_a_folder_that_could_not_render_fails_at_load(model_cache, tmp_path, damage, message):
     folder = copy_of(ensure_tiny_a14b(model_cache), tmp_path)

@@ -15,7 +15,7 @@ from engine.errors import ModelNotFound
 from engine.models import builtin_models
 from engine.models_file import load_registry
 from engine.text_cache import TEXT_PARTS
-from engine.tiny import ensure_tiny
+from engine.tiny import ensure_builtin, ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 
@@ -119,7 +119,7 @@ def test_at_most_max_models_pipelines_stay_loaded_least_recently_used_leaves(mod
 def test_image_registrations_are_read_and_bad_values_refused(model_cache, tmp_path):
     folder = ensure_tiny(model_cache)
     models = tmp_path / "models.yaml"
-    models.write_text(f"i2v:\n  path: {folder}\n  image_condition: pipeline\n"
+    models.write_text(f"i2v:\n  path: {ensure_builtin(model_cache, 'tiny-i2v')}\n  image_condition: pipeline\n"
                       f"ti2v:\n  path: {folder}\n  image_condition: first_frame\n  mixed_image_batches: false\n"
                       f"t2v:\n  path: {folder}\n")
     registry = load_registry(models)
@@ -129,6 +129,13 @@ def test_image_registrations_are_read_and_bad_values_refused(model_cache, tmp_pa
     for entry, message in ((f"m:\n  path: {folder}\n  image_condition: last_frame\n",
                             "model 'm': image_condition must be one of first_frame, pipeline (or left out: no "
                             "images), got 'last_frame'"),
+                           (f"m:\n  path: {folder}\n  image_condition: pipeline\n",
+                            "model 'm': image_condition: pipeline needs a WanImageToVideoPipeline folder; "
+                            f"{folder / 'model_index.json'} names WanPipeline"),
+                           (f"m:\n  path: {ensure_builtin(model_cache, 'tiny-i2v')}\n",
+                            f"model 'm': {ensure_builtin(model_cache, 'tiny-i2v') / 'model_index.json'} names "
+                            "WanImageToVideoPipeline, whose transformer reads a picture's mask and latents beside the "
+                            "video's: register it with image_condition: pipeline, got None"),
                            (f"m:\n  path: {folder}\n  mixed_image_batches: sometimes\n",
                             "model 'm': mixed_image_batches must be true or false, got 'sometimes'"),
                            (f"m:\n  path: {tmp_path}\n  base: {tmp_path / 'nothing'}\n",

@@ -203,8 +203,14 @@ def test_identity_includes_adapters_sampler_and_decoder_and_is_unchanged_without
                                   r"\.to_q takes 32 inputs"),
     ("adapters: [{path: NOLAYER}]", r"adapters\[0\]\.path: .*: tensor 'transformer\.blocks\.7\.attn1\.to_q"
                                     r"\.lora_A\.weight': the base transformer has no layer 'blocks\.7\.attn1\.to_q'"),
-    ("adapters: [{path: KOHYA}]", r"adapters\[0\]\.path: .*kohya\.safetensors: tensor 'lora_unet_x\.lora_down\.weight' "
-                                  r"is not in diffusers' LoRA layout"),
+    ("adapters: [{path: UNPAIRED}]", r"adapters\[0\]\.path: .*unpaired\.safetensors: tensor 'transformer\.blocks\.0"
+                                     r"\.attn1\.to_q\.lora_A\.weight' has no 'transformer\.blocks\.0\.attn1\.to_q"
+                                     r"\.lora_B\.weight' to pair with"),
+    ("adapters: [{path: BARE}]", r"adapters\[0\]\.path: .*bare\.safetensors: tensor 'blocks\.0\.attn1\.to_q\.lora_A"
+                                 r"\.weight' is in none of the layouts diffusers reads"),
+    ("adapters: [{path: MIXED}]", r"adapters\[0\]\.path: .*mixed\.safetensors: tensor 'transformer\.blocks\.0\.attn1"
+                                  r"\.to_q\.lora_A\.weight' is not named diffusion_model\.\* like the file's other "
+                                  r"tensors"),
     ("adapters: [{path: LORA, strength: 1}]", r"adapters\[0\] must be \{path: FILE, scale: NUMBER, expert: "
                                            r"high_noise\|low_noise\}"),
     ("sampler: {name: lcm_magic, shift: 3}", r"sampler\.name: unknown sampler 'lcm_magic' \(known: flow_euler, "
@@ -223,12 +229,17 @@ def test_bad_registrations_name_the_file_the_model_and_the_key(tiny, lora, tmp_p
     save_file({"transformer.blocks.0.attn1.to_q.lora_A.weight": torch.zeros(4, 64),
                "transformer.blocks.0.attn1.to_q.lora_B.weight": torch.zeros(32, 4)}, tmp_path / "other-model.safetensors")
     save_file({"transformer.blocks.7.attn1.to_q.lora_A.weight": torch.zeros(4, 32)}, tmp_path / "nolayer.safetensors")
-    save_file({"lora_unet_x.lora_down.weight": torch.zeros(4, 32)}, tmp_path / "kohya.safetensors")
+    save_file({"blocks.0.attn1.to_q.lora_A.weight": torch.zeros(4, 32)}, tmp_path / "bare.safetensors")
+    save_file({"transformer.blocks.0.attn1.to_q.lora_A.weight": torch.zeros(4, 32)}, tmp_path / "unpaired.safetensors")
+    save_file({"diffusion_model.blocks.0.self_attn.q.lora_down.weight": torch.zeros(4, 32),
+               "transformer.blocks.0.attn1.to_q.lora_A.weight": torch.zeros(4, 32)}, tmp_path / "mixed.safetensors")
     make_decoder(tmp_path / "dec16", channels=8)
     make_decoder(tmp_path / "dect", channels=16, temporal=2)
     for token, value in (("MISSING", tmp_path / "missing.safetensors"), ("NOTST", tmp_path / "lora.bin"),
                          ("OTHER", tmp_path / "other-model.safetensors"), ("NOLAYER", tmp_path / "nolayer.safetensors"),
-                         ("KOHYA", tmp_path / "kohya.safetensors"), ("LORA", lora), ("DECODER16", tmp_path / "dec16"),
+                         ("BARE", tmp_path / "bare.safetensors"),
+                         ("UNPAIRED", tmp_path / "unpaired.safetensors"),
+                         ("MIXED", tmp_path / "mixed.safetensors"), ("LORA", lora), ("DECODER16", tmp_path / "dec16"),
                          ("DECODERT", tmp_path / "dect")):
         entry = entry.replace(token, str(value))
     path = models_file(tmp_path, f"bad:\n  path: {tiny}\n  {entry}\n")

@@ -4,9 +4,10 @@ registers a downloaded folder; shared by the engine's tests and the manifest's."
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from engine.engine import Engine
-from engine.tiny import ensure_tiny, ensure_tiny_a14b, ensure_tiny_ti2v
+from engine.tiny import build_tiny_pipeline, ensure_tiny, ensure_tiny_a14b, ensure_tiny_ti2v
 from engine.types import RenderBatch, RenderRequest, Shape
 
 # The registered names, and a shape of each that renders in well under a second here. At 4 steps the A14B's
@@ -35,3 +36,21 @@ def write_models_file(folder: Path, cache: Path, **extra: str) -> Path:
     models = folder / "models.yaml"
     models.write_text(text)
     return models
+
+
+def build_i2v_a14b():
+    """Wan2.2-I2V-A14B's layout at toy widths: WanImageToVideoPipeline with a high-noise `transformer` and a
+    low-noise `transformer_2` that read 16 latent + 4 mask + 16 picture channels and attend to no image embedding
+    (image_dim null), no image encoder or processor, and the published boundary_ratio 0.9."""
+    from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
+
+    base = build_tiny_pipeline()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        experts = [WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16,
+                                         in_channels=36, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
+                                         num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                         rope_max_seq_len=256) for _ in range(2)]
+    return WanImageToVideoPipeline(tokenizer=base.tokenizer, text_encoder=base.text_encoder, vae=base.vae,
+                                   scheduler=base.scheduler, image_processor=None, image_encoder=None,
+                                   transformer=experts[0], transformer_2=experts[1], boundary_ratio=0.9)
