@@ -31,7 +31,7 @@ from engine.errors import RenderInterrupted
 from engine.experts import experts
 
 if TYPE_CHECKING:
-    from engine.i2v import PictureInputs
+    from engine.types import PictureInputs
 
 
 def supports(pipe) -> bool:

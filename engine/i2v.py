@@ -14,24 +14,13 @@ Wan 2.2 TI2V (`expand_timesteps`) conditions on a clean first frame instead, the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from PIL import Image
 
 from engine.errors import RenderError
-
-
-@dataclass(frozen=True)
-class PictureInputs:
-    """What WanImageToVideoPipeline adds to the loop, for a batch: each video's initial noise (B, C, F, h, w), its
-    mask and picture latents (B, 4 + C, F, h, w) read beside the latents at every step, and the pictures' CLIP
-    embeddings (B, n, d) for a transformer with `image_dim` (Wan 2.1 I2V), else None."""
-
-    latents: torch.Tensor
-    condition: torch.Tensor
-    embeds: torch.Tensor | None
+from engine.types import PictureInputs
 
 
 def supports(pipe) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,14 @@ def add_stages(total: dict[str, float], more: dict[str, float]) -> dict[str, flo
     for stage, seconds in more.items():
         out[stage] = out.get(stage, 0.0) + seconds
     return out
+
+
+@dataclass(frozen=True)
+class PictureInputs:
+    """What WanImageToVideoPipeline adds to the loop, for a batch: each video's initial noise (B, C, F, h, w), its
+    mask and picture latents (B, 4 + C, F, h, w) read beside the latents at every step, and the pictures' CLIP
+    embeddings (B, n, d) for a transformer with `image_dim` (Wan 2.1 I2V), else None."""
+
+    latents: torch.Tensor
+    condition: torch.Tensor
+    embeds: torch.Tensor | None

@@ -26,7 +26,6 @@ from engine.toy.plumbing import (
 from engine.toy.train_config import TrainConfig
 from engine.toy.world import COMBINATIONS, dataset
 
-
 # ---- stage 4: the transformer ------------------------------------------------------------------------------------
 
 

@@ -17,8 +17,7 @@ from engine.engine import Engine
 from engine.errors import ModelNotFound
 from engine.models_file import load_registry
 from engine.registration import read_header
-from engine.tiny import (build_tiny_a14b_pipeline, build_tiny_i2v_pipeline, build_tiny_pipeline,
-                         build_tiny_ti2v_pipeline)
+from engine.tiny import build_tiny_a14b_pipeline, build_tiny_i2v_pipeline, build_tiny_pipeline, build_tiny_ti2v_pipeline
 from engine.types import RenderBatch, RenderRequest, Shape
 
 from .wan22 import build_i2v_a14b
