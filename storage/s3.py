@@ -161,6 +161,13 @@ class S3Store(Store):
                     raise ObjectNotFound(f"no object at {uri}") from exc
                 raise
 
+    def presigned_get(self, key: str, expires_s: int) -> str:
+        """A URL that GETs the object at `key` for `expires_s` seconds without credentials (SigV4 query
+        signing), for a server to redirect a client to rather than relay the bytes."""
+        with self._errors(self.uri_for(key)):
+            return self._client.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._full_key(key)}, ExpiresIn=expires_s)
+
     def exists(self, key: str) -> bool:
         with self._errors(self.uri_for(key)):
             return self._head(self._full_key(key)) is not None

@@ -14,8 +14,10 @@ from jobs.cli.quality import quality
 from jobs.cli.reports import capacity, ledger_cmd, report
 from jobs.cli.runs import cancel, resume, status
 from jobs.cli.schedule import beat, schedule_app
+from jobs.cli.serve import serve
 from jobs.cli.settings import settings_cmd
 from jobs.cli.submit import run, submit
+from jobs.cli.teams import team_app, token_app
 from jobs.cli.toy import toy_app
 from jobs.cli.worker import worker
 
@@ -32,6 +34,9 @@ app.command()(report)
 app.command()(cancel)
 app.command()(resume)
 app.command("notifications")(notifications_cmd)
+app.command()(serve)
+app.add_typer(team_app, name="team")
+app.add_typer(token_app, name="token")
 app.command()(budget)
 app.command()(capacity)
 app.command("ledger")(ledger_cmd)

@@ -56,16 +56,24 @@ class Submitted:
     model: str
 
 
-def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = False) -> Submitted:
+def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = False,
+               team_id: int | None = None) -> Submitted:
     """Record a validated run and its videos and work units, in one transaction.
 
     Same name and same content: the existing run (idempotent). Same name, other content: refused, so no run can
     write over another's videos. `new_run`: always a new run, named `NAME-2`, `NAME-3`, ... when the name is taken.
+    `team_id`: the team it belongs to (None: the default team, jobs.db.teams); a name another team's run holds is
+    refused without a word of that run.
     """
+    from jobs.db.teams import default_team_id  # here: jobs.db.teams reads this module's _run_id
+
     content = hashlib.sha256(f"{spec.content_sha256}\0{output}".encode()).hexdigest()
     with factory.begin() as s:
+        team_id = default_team_id(s) if team_id is None else team_id
         existing = s.scalar(select(Run).where(Run.name == spec.name))
         name = spec.name
+        if existing is not None and not new_run and (existing.team_id or default_team_id(s)) != team_id:
+            raise RunNameTaken(f"run name {spec.name!r} is taken; pick another name or pass --new-run")
         if existing is not None and not new_run:
             if existing.content_sha256 != content:
                 raise RunNameTaken(
@@ -81,7 +89,8 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
         run = Run(name=name, model=spec.model, output=output, priority=spec.priority, source=spec.source,
                   content_sha256=content, notify_url=spec.notify, codec=spec.encoding.codec, crf=spec.encoding.crf,
                   preset=spec.encoding.preset, deadline=spec.deadline,
-                  max_cost_micro_usd=None if spec.max_cost_usd is None else round(spec.max_cost_usd * 1e6))
+                  max_cost_micro_usd=None if spec.max_cost_usd is None else round(spec.max_cost_usd * 1e6),
+                  team_id=team_id)
         s.add(run)
         s.flush()
         # Plain rows in bulk (jobs.db.bulk), not ORM objects: a 100,000-video run's objects took the client longer
@@ -100,7 +109,7 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
         # chunk 0, which batches apart from text-only work when the model says so.
         insert_rows(s, WorkUnit, [dict(
             video_id=ids[v.id], chunk=k, frames=v.window, ready=k == 0, priority=spec.priority, rank=rank,
-            status=Status.PENDING, model=spec.model,
+            status=Status.PENDING, model=spec.model, team_id=team_id,
             shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance,
                             image=spec.separate_image_batches and v.image is not None and k == 0).key())
             for v in spec.videos for k in range(v.chunks)])
@@ -165,9 +174,10 @@ class RunCounts:
         return all(Status(k).terminal for k, n in self.counts.items() if n)
 
 
-def run_counts(factory: Factory, run: str | None = None) -> list[RunCounts]:
+def run_counts(factory: Factory, run: str | None = None, owner: tuple = ()) -> list[RunCounts]:
+    """Each run's (or `run`'s) video counts by status; `owner`: more clauses a run must meet (a team's runs)."""
     with factory() as s:
-        query = select(Run).order_by(Run.id)
+        query = select(Run).where(*owner).order_by(Run.id)
         if run is not None:
             query = query.where(Run.id == _run_id(s, run))
         runs = list(s.scalars(query))
