@@ -77,8 +77,8 @@ async def submit(request: Request, team: Team, name: Optional[str] = None, model
                  output: Optional[str] = None, notify: Optional[str] = None,
                  set_: Annotated[Optional[list[str]], Query(alias="set")] = None, new_run: bool = False,
                  filename: Optional[str] = None) -> JSONResponse:
-    request.app.state.rate.check(team)
     filename, data = await _manifest(request, filename)
+    request.app.state.rate.check(team)  # a submission is a manifest sent, whether it then passes its checks or not
     settings = request.app.state.settings
 
     def work(path: Path):
