@@ -192,6 +192,9 @@ class WorkUnit(Timestamps, Base):
 # The claim's probes (jobs.work.claims): the best claimable unit of one model, or of one shape, is the first entry of
 # its range, whatever else the table holds (finished rows sort under other statuses). rank DESC, id: the claim order.
 Index("ix_work_units_claim_model", WorkUnit.status, WorkUnit.ready, WorkUnit.model, WorkUnit.rank.desc(), WorkUnit.id)
+# A team's best claimable unit of a model (jobs.work.fair): the first entry of its range.
+Index("ix_work_units_claim_team", WorkUnit.status, WorkUnit.ready, WorkUnit.team_id, WorkUnit.model,
+      WorkUnit.rank.desc(), WorkUnit.id)
 Index("ix_work_units_claim_shape", WorkUnit.status, WorkUnit.ready, WorkUnit.shape_key, WorkUnit.rank.desc(),
       WorkUnit.id)
 

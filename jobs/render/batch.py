@@ -36,7 +36,7 @@ from jobs.render.record import VideoOutput
 from jobs.render.stopping import BatchProgress, Stopping
 from jobs.render.store import store_all
 from jobs.settings import Settings
-from jobs.work import claims, leases, logs, prometheus
+from jobs.work import claims, fair, leases, logs, prometheus
 from jobs.work.claims import Claim, ClaimedUnit, Serving, waiting_shapes, worker_id
 from jobs.work.gate import Gate
 from storage.stores import StoreError
@@ -101,7 +101,8 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
         return BatchResult()
     gate = Gate(meter.rate, settings.storage_price(), settings.cache_dir)
     claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s,
-                               serving=serving(settings, engine), gate=gate)
+                               serving=serving(settings, engine), gate=gate,
+                               fair=fair.shared() if settings.fair_share else None)
     if gate.stopped:  # a run stopped at its budget may have nothing left running to notice that it finished
         _notice_finished(settings, factory, set(gate.stopped))
     if claim is None:

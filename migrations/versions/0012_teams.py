@@ -49,9 +49,15 @@ def upgrade() -> None:
     # The default team: every run so far is its (team_id NULL reads as it too; jobs.db.teams).
     now = sa.func.now()
     op.execute(teams.insert().values(name='default', share=1.0, created_at=now, updated_at=now))
+    op.execute("UPDATE runs SET team_id = (SELECT id FROM teams WHERE name = 'default')")
+    op.execute("UPDATE work_units SET team_id = (SELECT id FROM teams WHERE name = 'default')")
+    # The fair share's probes (jobs.work.fair): a team's best claimable unit of a model is its range's first entry.
+    op.create_index('ix_work_units_claim_team', 'work_units',
+                    ['status', 'ready', 'team_id', 'model', sa.text('rank DESC'), 'id'])
 
 
 def downgrade() -> None:
+    op.drop_index('ix_work_units_claim_team', table_name='work_units')
     with op.batch_alter_table('work_units') as batch:
         batch.drop_column('team_id')
     with op.batch_alter_table('runs') as batch:
