@@ -3,6 +3,7 @@ restarting one."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Optional
 
 import typer
@@ -10,7 +11,7 @@ from rich.table import Table
 from sqlalchemy import select
 
 from jobs.cli.console import emit_json, fail, out
-from jobs.db import limits, queries
+from jobs.db import limits, queries, teams
 from jobs.db.connect import session_factory
 from jobs.db.rows import Run, as_utc, utcnow
 from jobs.errors import ReelbatchError
@@ -74,6 +75,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         plans = run_plans(factory, settings, [r.run_id for r in rows])
         # Live: heartbeated within three leases, the span after which a sweeper closes a silent worker's session.
         unserved = queries.unserved_pending(factory, 3 * settings.lease_s)
+        usage = teams.usage(factory) if run is None else []
     except ReelbatchError as exc:
         fail(exc)
     if run is not None:  # this run's pending videos only
@@ -81,7 +83,8 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     if json_:
         emit_json({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
-             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows], "unserved": unserved})
+             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows], "unserved": unserved,
+            "teams": [dataclasses.asdict(u) for u in usage]})
         return
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
@@ -104,6 +107,14 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     out.print(table)
     for model, n in unserved.items():
         out.print(f"{n} pending: no live worker serves {model}", highlight=False)
+    if any(u.team != teams.DEFAULT for u in usage):  # once teams share the fleet (docs/SERVICE.md)
+        shares = Table("team", "share", "running", "queued", "month $", "max GPUs", "monthly $", box=None,
+                       pad_edge=False)
+        for u in usage:
+            shares.add_row(u.team, f"{u.share:g}", str(u.running), str(u.queued), f"{u.month_usd:.6f}",
+                           "" if u.max_gpus is None else str(u.max_gpus),
+                           "" if u.monthly_usd is None else f"{u.monthly_usd:g}")
+        out.print(shares)
 
 
 def run_plans(factory, settings: Settings, run_ids: list[int]) -> dict[int, dict]:

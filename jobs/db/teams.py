@@ -12,13 +12,14 @@ import hashlib
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from jobs.db.queries import Factory, _run_id
-from jobs.db.rows import Run, Team, Token, utcnow
+from jobs.db.rows import CostRecord, Run, Team, Token, Video, utcnow
+from jobs.db.status import Status
 from jobs.errors import RunNotFound, UsageError
 
 DEFAULT = "default"
@@ -159,3 +160,42 @@ def owned_run(factory: Factory, team: TeamInfo, run: str) -> Run:
     if row is None:
         raise RunNotFound(f"no run named or numbered {run!r}")
     return row
+
+
+def month_start(now: datetime) -> datetime:
+    """The first moment of `now`'s calendar month, UTC: a team's monthly_usd counts from here."""
+    now = now.astimezone(timezone.utc)
+    return datetime(now.year, now.month, 1, tzinfo=timezone.utc)
+
+
+def month_charges(s: Session, team_id: int, default: bool, since: datetime) -> int:
+    """Micro-dollars charged to the team's videos since `since` (every kind of cost record, as a run's budget)."""
+    return int(s.scalar(select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
+                        .join(Video, Video.id == CostRecord.video_id).join(Run, Run.id == Video.run_id)
+                        .where(owns(team_id, default), CostRecord.created_at >= since)))
+
+
+@dataclass(frozen=True)
+class TeamUsage:
+    team: str
+    running: int  # videos
+    queued: int  # videos pending
+    month_usd: float
+    max_gpus: int | None
+    monthly_usd: float | None
+    share: float
+
+
+def usage(factory: Factory, now: datetime | None = None) -> list[TeamUsage]:
+    """Each team's running and queued videos and its month-to-date charges (`reelbatch status`, the metrics)."""
+    since = month_start(now or utcnow())
+    with factory.begin() as s:
+        default_id = default_team_id(s)
+        team = func.coalesce(Run.team_id, default_id)
+        counts = s.execute(select(team, Video.status, func.count()).join(Run, Run.id == Video.run_id)
+                           .where(Video.status.in_([Status.RUNNING, Status.PENDING])).group_by(team, Video.status))
+        by = {(t, Status(st)): n for t, st, n in counts}
+        return [TeamUsage(t.name, by.get((t.id, Status.RUNNING), 0), by.get((t.id, Status.PENDING), 0),
+                          month_charges(s, t.id, t.name == DEFAULT, since) / 1e6, t.max_gpus,
+                          None if t.monthly_micro_usd is None else t.monthly_micro_usd / 1e6, t.share)
+                for t in s.scalars(select(Team).order_by(Team.id))]

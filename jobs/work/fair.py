@@ -21,15 +21,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from jobs.db.queries import waiting_units
-from jobs.db.rows import CostRecord, Run, Team, Video, WorkUnit
+from jobs.db.rows import Team, WorkUnit
 from jobs.db.status import Status
-from jobs.db.teams import DEFAULT
+from jobs.db.teams import DEFAULT, month_charges, month_start
 
 CHARGES_TTL_S = 10.0
 
@@ -43,19 +43,6 @@ class Turn:
     def of(team_id: int, default: bool) -> Turn:
         column = WorkUnit.team_id
         return Turn(team_id, or_(column == team_id, column.is_(None)) if default else column == team_id)
-
-
-def month_start(now: datetime) -> datetime:
-    now = now.astimezone(timezone.utc)
-    return datetime(now.year, now.month, 1, tzinfo=timezone.utc)
-
-
-def team_month_charges(s: Session, team_id: int, default: bool, since: datetime) -> int:
-    """Micro-dollars charged to the team's videos since `since`."""
-    owner = or_(Run.team_id == team_id, Run.team_id.is_(None)) if default else Run.team_id == team_id
-    return int(s.scalar(select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
-                        .join(Video, Video.id == CostRecord.video_id).join(Run, Run.id == Video.run_id)
-                        .where(owner, CostRecord.created_at >= since)))
 
 
 def running_by_team(s: Session, default_id: int) -> dict[int, tuple[int, int]]:
@@ -104,7 +91,7 @@ class FairShare:
             cached = self._charges.get(team.id)
         if cached is not None and self.clock() - cached[0] < CHARGES_TTL_S:
             return cached[1]
-        micro = team_month_charges(s, team.id, team.name == DEFAULT, month_start(now))
+        micro = month_charges(s, team.id, team.name == DEFAULT, month_start(now))
         with self._lock:
             self._charges[team.id] = (self.clock(), micro)
         return micro

@@ -99,3 +99,30 @@ def test_max_gpus_and_the_monthly_cap_stop_a_teams_new_claims(factory, registry,
                          rate_source="test", amount_micro_usd=1_000_001, created_at=utcnow()))
     finish(factory, first)
     assert claim(factory, FairShare(), owner="w4") is None, "over its month's cap, and capped's GPU is busy"
+
+
+def test_status_and_metrics_show_each_teams_running_queued_and_month_to_date(factory, registry, tmp_path):
+    from datetime import timedelta
+
+    from prometheus_client import REGISTRY
+
+    from jobs.work import prometheus
+
+    teams.add_team(factory, "a", monthly_usd=5)
+    teams.add_team(factory, "b", share=2)
+    submit(factory, registry, tmp_path, "a", "a", 3)
+    submit(factory, registry, tmp_path, "b", "b", 2)
+    running = claims.claim_batch(factory, owner="w1", max_batch=2, lease_s=60)  # no fair share: a's, the oldest
+    assert [u.key for u in running.units] == ["a-0", "a-1"]
+    now = utcnow()
+    with factory.begin() as s:
+        for micro, when in ((250_000, now), (1_000_000, teams.month_start(now) - timedelta(seconds=1))):
+            s.add(CostRecord(video_id=running.units[0].video_id, kind="gpu", seconds=1.0, rate_usd_per_hour=1.0,
+                             rate_source="test", amount_micro_usd=micro, created_at=when))
+    found = teams.usage(factory, now)
+    assert [(u.team, u.running, u.queued, u.month_usd, u.monthly_usd, u.share) for u in found] == [
+        ("default", 0, 0, 0.0, None, 1.0), ("a", 2, 1, 0.25, 5.0, 1.0), ("b", 0, 2, 0.0, None, 2.0)]
+    prometheus.publish_teams(found)
+    assert REGISTRY.get_sample_value("reelbatch_team_running", {"team": "a"}) == 2
+    assert REGISTRY.get_sample_value("reelbatch_team_queued", {"team": "b"}) == 2
+    assert REGISTRY.get_sample_value("reelbatch_team_month_usd", {"team": "a"}) == 0.25
