@@ -1,5 +1,4 @@
-"""The service assembled: FastAPI (for the OpenAPI description it derives from the routes, served at /openapi.json
-with a browsable copy at /docs) on uvicorn (an ASGI server made for production: HTTP/1.1 keep-alive, graceful
+"""The service assembled: FastAPI (for the OpenAPI description it derives from the routes, served at /openapi.json) on uvicorn (an ASGI server made for production: HTTP/1.1 keep-alive, graceful
 shutdown, proxy headers; jobs.cli.serve). The CLI's errors become HTTP statuses here, in one place:
 
 - a manifest's problems (ManifestError): 422, every FILE:LINE message, as the CLI prints them;
@@ -39,7 +38,8 @@ class ServiceConfig:
 def create_app(settings: Settings, config: ServiceConfig = ServiceConfig()) -> FastAPI:
     from jobs.service import page, run_routes, submit_routes, video_routes  # the routes import this module's names
 
-    app = FastAPI(title="reelbatch", version="1",
+    # No /docs or /redoc: FastAPI's pages load their scripts from a CDN, and nothing here comes from the internet.
+    app = FastAPI(title="reelbatch", version="1", docs_url=None, redoc_url=None,
                   description="Render manifests of text-to-video prompts to MP4s, as a team. Every route takes "
                               "`Authorization: Bearer TOKEN` (`reelbatch token create --team NAME`).")
     app.state.settings, app.state.config = settings, config
