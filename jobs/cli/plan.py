@@ -47,7 +47,8 @@ def estimate(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None
         print_estimate(data)
 
 
-def estimate_manifest(settings: Settings, manifest: Path, name, model, output, sets, gpus, quiet: bool = False) -> dict:
+def estimate_manifest(settings: Settings, manifest: Path, name, model, output, sets, gpus,
+                      quiet: bool = False) -> dict:
     """What `estimate` prints, for it and for the HTTP API (jobs.service); writes nothing. `quiet`: no spinner."""
     with nullcontext() if quiet else err.status(f"validating {manifest}"):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,

@@ -1,5 +1,6 @@
-"""The service assembled: FastAPI (for the OpenAPI description it derives from the routes, served at /openapi.json) on uvicorn (an ASGI server made for production: HTTP/1.1 keep-alive, graceful
-shutdown, proxy headers; jobs.cli.serve). The CLI's errors become HTTP statuses here, in one place:
+"""The service assembled: FastAPI (for the OpenAPI description it derives from the routes, served at
+/openapi.json) on uvicorn (an ASGI server made for production: HTTP/1.1 keep-alive, graceful shutdown, proxy
+headers; jobs.cli.serve). The CLI's errors become HTTP statuses here, in one place:
 
 - a manifest's problems (ManifestError): 422, every FILE:LINE message, as the CLI prints them;
 - a run that is not the team's (or does not exist): 404, the same words either way (jobs.db.teams.owned_run);

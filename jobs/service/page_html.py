@@ -6,12 +6,16 @@ interval rather than one held connection. The token is typed in once and kept in
 when the tab closes); every request sends it in the Authorization header, posters included (fetched as blobs), so it
 never appears in a URL or a log.
 
+A run's report is read again when its counts have moved, else every REREAD_MS: a finished run costs little more
+than its status.
+
 Each run: a progress bar (videos done of total), counts by state, its rate (videos an hour so far), cost so far,
 and when it should finish: the estimate's projected finish (`status`), else the rate so far carried forward. Each
 failed or flagged (needs review) video: its poster (a failed one has none) and its error.
 """
 
 POLL_MS = 2000
+REREAD_MS = 20000
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>reelbatch</title>
@@ -36,8 +40,9 @@ h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin: 0 0 .3em; }
 <div id="runs"></div>
 <script>
 "use strict";
-const POLL_MS = __POLL_MS__;
+const POLL_MS = __POLL_MS__, REREAD_MS = __REREAD_MS__;
 const posters = new Map();  // "run/video" -> object URL, fetched once
+const reports = new Map();  // run name -> {key: its counts when read, report}
 function token() { return sessionStorage.getItem("reelbatch-token"); }
 async function api(path) {
   const r = await fetch(path, {headers: {"Authorization": "Bearer " + token()}});
@@ -94,8 +99,14 @@ async function poll() {
     const runs = (await (await api("/v1/runs")).json()).runs.slice(-20).reverse();
     const cards = [];
     for (const r of runs) {
-      const report = await (await api("/v1/runs/" + encodeURIComponent(r.name) + "/report")).json();
-      cards.push(card(r, report));
+      // A report is read again when the run's counts moved, else every REREAD_MS (a video flagged later).
+      const key = r.name + JSON.stringify(r.counts) + r.budget_reached + r.charged_usd;
+      const held = reports.get(r.name);
+      if (!held || held.key !== key || Date.now() - held.at > REREAD_MS) {
+        reports.set(r.name, {key, at: Date.now(), report: await (await api("/v1/runs/" + encodeURIComponent(r.name) +
+                                                           "/report")).json()});
+      }
+      cards.push(card(r, reports.get(r.name).report));
     }
     document.getElementById("runs").replaceChildren(...cards);
     document.getElementById("who").textContent = runs.length + " runs; updated " + when(new Date().toISOString());
@@ -113,4 +124,4 @@ document.getElementById("login").addEventListener("submit", ev => {
 poll();
 setInterval(poll, POLL_MS);
 </script></body></html>
-""".replace("__POLL_MS__", str(POLL_MS))
+""".replace("__POLL_MS__", str(POLL_MS)).replace("__REREAD_MS__", str(REREAD_MS))

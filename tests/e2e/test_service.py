@@ -99,7 +99,7 @@ def test_the_live_page_follows_a_run_in_a_real_browser(tmp_path, model_cache, ch
             db.execute("UPDATE videos SET needs_review = 1, seam_score = 0.42 WHERE key = 'second'")
         flagged = "[data-run=watched] [data-video=second]"
         assert "flagged for review (seam score 0.42)" in browser.until(
-            f"document.querySelector('{flagged} .flag')?.textContent", timeout=30)
+            f"document.querySelector('{flagged} .flag')?.textContent", timeout=60)  # a report is re-read every 20 s
         assert browser.until(f"document.querySelector('{flagged} img')?.naturalWidth", timeout=30) == 64
         assert browser.js(f"document.querySelector('{flagged} img').src").startswith("blob:")
         assert "cost so far $" in browser.js("document.querySelector('[data-run=watched]').textContent")
