@@ -49,6 +49,9 @@ _CONFIG = dict(
     retries={"total_max_attempts": 2, "mode": "standard"},
     connect_timeout=5,
     read_timeout=30,
+    # Requests are signed with SigV4 either way; named, presigned URLs (the service's video links) are too, rather
+    # than the legacy SigV2 botocore otherwise presigns with in us-east-1, which regions opened since 2014 refuse.
+    signature_version="s3v4",
 )
 
 # An object key is at most 1,024 bytes of UTF-8 (Amazon S3 User Guide, "Naming Amazon S3 objects"), prefix included.

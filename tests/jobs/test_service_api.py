@@ -157,3 +157,37 @@ def test_the_openapi_description_lists_every_route(service):
                           "/v1/runs/{run}/results.jsonl", "/v1/runs/{run}/errors.jsonl", "/v1/runs/{run}/cancel",
                           "/v1/runs/{run}/resume", "/v1/runs/{run}/budget", "/v1/runs/{run}/videos/{video}.mp4",
                           "/v1/runs/{run}/videos/{video}/poster.jpg"}
+
+
+def test_a_video_in_s3_is_a_redirect_to_a_short_lived_presigned_url(tmp_path, model_cache, s3_env):
+    import os
+
+    import httpx
+
+    from storage.stores import open_store
+
+    aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    svc = Service(tmp_path, {**embedded_env(model_cache), **aws})
+    try:
+        ours = svc.client(svc.team("ads"))
+        theirs = svc.client(svc.team("clips"))
+        answer = ours.post("/v1/runs", content=ONE, headers=YAML, params={"output": f"s3://{s3_env}/out/"})
+        assert answer.status_code == 201, answer.text
+        # What a worker records for video a (its MP4 and poster stored, their URIs on the row), without rendering.
+        store = open_store(f"s3://{s3_env}/out/")
+        mp4, jpeg = b"not really an mp4", b"\xff\xd8\xff not really a jpeg"
+        uri = store.replace("one/a.mp4", mp4, content_type="video/mp4")
+        poster = store.replace("one/a.jpg", jpeg, content_type="image/jpeg")
+        with sqlite3.connect(svc.cwd / "reelbatch.db") as db:
+            db.execute("UPDATE videos SET uri = ?, poster_uri = ? WHERE key = 'a'", (uri, poster))
+        for path, body in (("/v1/runs/one/videos/a.mp4", mp4), ("/v1/runs/one/videos/a/poster.jpg", jpeg)):
+            moved = ours.get(path, follow_redirects=False)
+            assert moved.status_code == 307
+            signed = moved.headers["location"]
+            assert signed.startswith(f"{os.environ['AWS_ENDPOINT_URL']}/{s3_env}/out/one/a.")
+            assert "X-Amz-Expires=300" in signed and "X-Amz-Signature=" in signed
+            assert httpx.get(signed).content == body, "the URL alone fetches the object: no token, no credentials"
+            assert theirs.get(path, follow_redirects=False).status_code == 404
+        assert ours.get("/v1/runs/one/videos/b.mp4", follow_redirects=False).status_code == 404, "not stored yet"
+    finally:
+        svc.stop()
