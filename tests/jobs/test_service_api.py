@@ -191,3 +191,24 @@ def test_a_video_in_s3_is_a_redirect_to_a_short_lived_presigned_url(tmp_path, mo
         assert ours.get("/v1/runs/one/videos/b.mp4", follow_redirects=False).status_code == 404, "not stored yet"
     finally:
         svc.stop()
+
+
+def test_team_and_token_commands_refuse_bad_input_with_exit_2(service):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "jobs", *args], cwd=service.cwd, env=service.env, text=True,
+                              capture_output=True, timeout=120)
+
+    for args, message in [
+        (("team", "add", "Big Team"), "team name 'Big Team': use 1-64 lower-case letters, digits, '-' or '_', "
+                                      "starting with a letter or digit\n"),
+        (("team", "add", "ok", "--share", "0"), "--share 0.0: must be above 0\n"),
+        (("token", "create", "--team", "nobody"), "--team 'nobody': no such team (see `reelbatch team list`)\n"),
+        (("token", "revoke", "9999"), "no token 9999 (see `reelbatch token list`)\n"),
+    ]:
+        proc = run(*args)
+        assert (proc.returncode, proc.stderr) == (2, message), args
+    before = json.loads(service.cli("team", "list", "--json"))["teams"]
+    assert "ok" not in [t["name"] for t in before], "nothing written"
+    service.cli("team", "add", "ads", "--share", "2", "--max-gpus", "4", "--monthly-usd", "100")  # changes ads
+    (ads,) = [t for t in json.loads(service.cli("team", "list", "--json"))["teams"] if t["name"] == "ads"]
+    assert (ads["share"], ads["max_gpus"], ads["monthly_usd"]) == (2.0, 4, 100.0)
