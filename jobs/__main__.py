@@ -1,3 +1,3 @@
-from jobs.cli import app
+from jobs.main import app
 
 app(prog_name="reelbatch")

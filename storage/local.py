@@ -130,6 +130,10 @@ class LocalStore(Store):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def path(self, key: str) -> Path:
+        """The file at `key` (checked as every key is), for a server to stream it rather than read it whole."""
+        return self._path(key)
+
     def stat(self, key: str) -> StoredObject | None:
         path = self._path(key)
         try:

@@ -17,6 +17,7 @@ from datetime import timedelta
 from sqlalchemy import case, func, select, update
 
 from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.claims.fair import FairShare
 from jobs.claims.gate import Gate
 from jobs.db.connect import reads
 from jobs.db.queries import Factory, claimable_units, waiting_units
@@ -103,7 +104,7 @@ GATE_PASSES = 8
 
 
 def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float, serving: Serving | None = None,
-                where: tuple = (), gate: Gate | None = None) -> Claim | None:
+                where: tuple = (), gate: Gate | None = None, fair: FairShare | None = None) -> Claim | None:
     """Atomically take up to `max_batch` claimable units of one shape: the shape of the best claimable unit that
     `serving` allows (None: any model, no preference). `where`: more clauses a unit must meet to be claimable.
 
@@ -112,26 +113,21 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float,
     probe's stays locked until this transaction ends, milliseconds, and other workers pass over it meanwhile); on
     SQLite the transaction is BEGIN IMMEDIATE (jobs.db.connect). With a `gate` (jobs.claims.gate), the batch holds only
     what its runs' deadlines and cost caps let start; the runs it holds back are passed over for the next best units.
+    With `fair` (jobs.claims.fair), the teams that may start work are tried in their fair-share order, each with the
+    claim above restricted to its units.
     """
     now = utcnow()
     claimable = (*claimable_units(now), *where)
     with factory.begin() as s:
-        held: set[int] = set()
-        for _ in range(GATE_PASSES):
-            found = _select_batch(s, claimable, serving, held, max_batch)
-            if found is None:
-                return None
-            units, rows = found
-            if gate is None:
-                break
-            verdict = gate.admit(s, units, {v.id: v for v, _ in rows.values()}, {r.id: r for _, r in rows.values()},
-                                 now)
-            held |= verdict.held
-            units = verdict.keep
-            if units:
+        for turn in fair.turns(s, now) if fair is not None else [None]:
+            found = _gated(s, claimable if turn is None else (*claimable, turn.clause), serving, max_batch, gate, now)
+            if found is not None:
+                if fair is not None:
+                    fair.claimed(found[0])
                 break
         else:
             return None
+        units, rows = found
         for unit in units:  # pending -> running, as jobs.db.status.move would; written below in two statements
             check_move(unit, Status.RUNNING)
             check_move(rows[unit.video_id][0], Status.RUNNING)
@@ -148,6 +144,21 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float,
                               Encoding(r.codec, r.crf, r.preset), v.image_uri, v.image_sha256, v.image_fit)
                   for u, v, r in claimed),
         )
+
+
+def _gated(s, claimable: tuple, serving: Serving | None, max_batch: int, gate: Gate | None, now):
+    """The best batch the gate lets start: (units, rows) as _select_batch gives them, or None."""
+    held: set[int] = set()
+    for _ in range(GATE_PASSES):
+        found = _select_batch(s, claimable, serving, held, max_batch)
+        if found is None or gate is None:
+            return found
+        units, rows = found
+        verdict = gate.admit(s, units, {v.id: v for v, _ in rows.values()}, {r.id: r for _, r in rows.values()}, now)
+        held |= verdict.held
+        if verdict.keep:
+            return verdict.keep, rows
+    return None
 
 
 def _select_batch(s, claimable: tuple, serving: Serving | None, held: set[int], max_batch: int):

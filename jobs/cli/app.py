@@ -16,6 +16,7 @@ from jobs.cli.runs import cancel, resume, status
 from jobs.cli.schedule import beat, schedule_app
 from jobs.cli.settings import settings_cmd
 from jobs.cli.submit import run, submit
+from jobs.cli.teams import team_app, token_app
 from jobs.cli.toy import toy_app
 from jobs.cli.worker import worker
 
@@ -32,6 +33,8 @@ app.command()(report)
 app.command()(cancel)
 app.command()(resume)
 app.command("notifications")(notifications_cmd)
+app.add_typer(team_app, name="team")
+app.add_typer(token_app, name="token")
 app.command()(budget)
 app.command()(capacity)
 app.command("ledger")(ledger_cmd)

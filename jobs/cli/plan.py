@@ -4,6 +4,7 @@ it; and a run's cost cap changed while it runs."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -37,28 +38,34 @@ def estimate(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None
     """Check a manifest as `submit` does and write nothing: its videos, GPU seconds, cost (GPU, storage, egress) and
     time to finish on N GPUs, per shape and in total, each shape with the basis of its numbers."""
     try:
-        settings = Settings.from_env()
-        with err.status(f"validating {manifest}"):
-            spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                                 sets=set_ or (), allowed_outputs=settings.allowed_outputs)
-        bench = profiles.load(settings.cache_dir)
-        now = utcnow()
-        factory = _ledger(settings.database_url)
-        kwargs = dict(rate=settings.gpu_rate(), storage=settings.storage_price(), now=now)
-        if factory is None:
-            data = forecast(spec, Estimator(None, bench), workers=gpus or 0,
-                            workers_source="--gpus" if gpus else "no database yet, so no worker", queue=[], **kwargs)
-        else:
-            with factory() as s:
-                alive = alive_workers(s, now, LOST_AFTER_LEASES * settings.lease_s)
-                data = forecast(spec, Estimator(s, bench), workers=gpus or alive,
-                                workers_source="--gpus" if gpus else "workers alive now", queue=queued(s), **kwargs)
+        data = estimate_manifest(Settings.from_env(), manifest, name, model, output, set_, gpus)
     except ReelbatchError as exc:
         fail(exc)
     if json_:
         out.print_json(json.dumps(data))
     else:
         print_estimate(data)
+
+
+def estimate_manifest(settings: Settings, manifest: Path, name, model, output, sets, gpus,
+                      quiet: bool = False) -> dict:
+    """What `estimate` prints, for it and for the HTTP API (jobs.service); writes nothing. `quiet`: no spinner."""
+    with nullcontext() if quiet else err.status(f"validating {manifest}"):
+        spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
+                             sets=sets or (), allowed_outputs=settings.allowed_outputs)
+    bench = profiles.load(settings.cache_dir)
+    now = utcnow()
+    factory = _ledger(settings.database_url)
+    kwargs = dict(rate=settings.gpu_rate(), storage=settings.storage_price(), now=now)
+    if factory is None:
+        data = forecast(spec, Estimator(None, bench), workers=gpus or 0,
+                        workers_source="--gpus" if gpus else "no database yet, so no worker", queue=[], **kwargs)
+    else:
+        with factory() as s:
+            alive = alive_workers(s, now, LOST_AFTER_LEASES * settings.lease_s)
+            data = forecast(spec, Estimator(s, bench), workers=gpus or alive,
+                            workers_source="--gpus" if gpus else "workers alive now", queue=queued(s), **kwargs)
+    return data
 
 
 def _ledger(url: str):
@@ -124,19 +131,24 @@ def budget(run: Annotated[str, typer.Argument(help="Run name or id.")],
     """Set a run's cost cap (max_cost_usd). Its videos the old cap cancelled go back in the queue; nothing stored
     changes."""
     try:
-        settings = Settings.from_env()
-        cap = None if usd.strip().lower() == "none" else _usd(usd)
-        change = limits.set_budget(session_factory(settings.database_url), run, cap)
-        if change.requeued:
-            from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
-            from jobs.work.tickets import send_tickets
-
-            send_tickets(create_app(settings), change.requeued)
+        change, cap = change_budget(Settings.from_env(), run, usd)
     except ReelbatchError as exc:
         fail(exc)
     cap_text = "no cap" if cap is None else f"max_cost_usd ${cap:g}"
     back = f"; {change.requeued} videos cancelled for the budget are back in the queue" if change.requeued else ""
     out.print(f"run {change.name}: {cap_text} (charged ${change.charged_usd:.6f} so far){back}", highlight=False)
+
+
+def change_budget(settings: Settings, run: str, usd: str):
+    """What `budget` does, for it and for the HTTP API (jobs.service): (the change, the new cap or None)."""
+    cap = None if usd.strip().lower() == "none" else _usd(usd)
+    change = limits.set_budget(session_factory(settings.database_url), run, cap)
+    if change.requeued:
+        from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
+        from jobs.work.tickets import send_tickets
+
+        send_tickets(create_app(settings), change.requeued)
+    return change, cap
 
 
 def _usd(raw: str) -> float:

@@ -71,6 +71,13 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
         print_report(out, data)
 
 
+def report_data(settings: Settings, factory, run: str) -> dict:
+    """`report --json`'s data, for the HTTP API (jobs.service): the report from every row, as on SQLite (the same
+    JSON that PostgreSQL's counting in SQL writes)."""
+    run_row, videos = queries.load_report(factory, run)
+    return report_dict(run_row, videos, settings.price(), ledger.run_ledger(factory, run_row.id))
+
+
 def _report_in_sql(factory, run_row, settings: Settings, json_: bool) -> None:
     # One snapshot for the charges, the figures and the entries, so a run that workers are still recording adds up.
     # The entries are read to the end before printing: a reader that stops reading (`| less`) must not hold the

@@ -3,6 +3,7 @@ restarting one."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Optional
 
 import typer
@@ -10,7 +11,7 @@ from rich.table import Table
 from sqlalchemy import select
 
 from jobs.cli.console import emit_json, fail, out
-from jobs.db import limits, queries
+from jobs.db import limits, queries, teams
 from jobs.db.connect import session_factory
 from jobs.db.rows import Run, as_utc, utcnow
 from jobs.errors import ReelbatchError
@@ -25,11 +26,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts in
 def cancel(run: RunArg) -> None:
     """Cancel a run: pending videos now, running batches at their next step. Idempotent."""
     try:
-        settings = Settings.from_env()
-        factory = session_factory(settings.database_url)
-        name, count = queries.cancel_run(factory, run)
-        # A run whose videos were all waiting is finished now: its result files and webhook, from here.
-        run_finished(settings, factory, [name])
+        name, count = cancel_and_finish(Settings.from_env(), run)
     except ReelbatchError as exc:
         fail(exc)
     out.print(f"run {name}: {count} pending videos cancelled; running batches stop at their next step")
@@ -38,18 +35,32 @@ def cancel(run: RunArg) -> None:
 def resume(run: RunArg) -> None:
     """Put a run's failed and cancelled videos back in the queue, with fresh attempts. Idempotent."""
     try:
-        settings = Settings.from_env()
-        factory = session_factory(settings.database_url)
-        name, count = queries.resume_run(factory, run)
-        if count:
-            from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
-            from jobs.work.tickets import send_tickets
-
-            (resumed,) = queries.run_counts(factory, name)
-            send_tickets(create_app(settings), count, resumed.model)
+        name, count = resume_and_queue(Settings.from_env(), run)
     except ReelbatchError as exc:
         fail(exc)
     out.print(f"run {name}: {count} videos back in the queue")
+
+
+def cancel_and_finish(settings: Settings, run: str) -> tuple[str, int]:
+    """What `cancel` does, for it and for the HTTP API (jobs.service): (the run's name, videos cancelled)."""
+    factory = session_factory(settings.database_url)
+    name, count = queries.cancel_run(factory, run)
+    # A run whose videos were all waiting is finished now: its result files and webhook, from here.
+    run_finished(settings, factory, [name])
+    return name, count
+
+
+def resume_and_queue(settings: Settings, run: str) -> tuple[str, int]:
+    """What `resume` does, for it and for the HTTP API (jobs.service): (the run's name, videos put back)."""
+    factory = session_factory(settings.database_url)
+    name, count = queries.resume_run(factory, run)
+    if count:
+        from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
+        from jobs.work.tickets import send_tickets
+
+        (resumed,) = queries.run_counts(factory, name)
+        send_tickets(create_app(settings), count, resumed.model)
+    return name, count
 
 
 def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (default: all runs).")] = None,
@@ -61,9 +72,10 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         settings = Settings.from_env()
         factory = session_factory(settings.database_url)
         rows = queries.run_counts(factory, run)
-        plans = _plans(factory, settings, [r.run_id for r in rows])
+        plans = run_plans(factory, settings, [r.run_id for r in rows])
         # Live: heartbeated within three leases, the span after which a sweeper closes a silent worker's session.
         unserved = queries.unserved_pending(factory, 3 * settings.lease_s)
+        usage = teams.usage(factory) if run is None else []
     except ReelbatchError as exc:
         fail(exc)
     if run is not None:  # this run's pending videos only
@@ -71,7 +83,8 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     if json_:
         emit_json({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
-             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows], "unserved": unserved})
+             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows], "unserved": unserved,
+            "teams": [dataclasses.asdict(u) for u in usage]})
         return
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
@@ -94,9 +107,17 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     out.print(table)
     for model, n in unserved.items():
         out.print(f"{n} pending: no live worker serves {model}", highlight=False)
+    if any(u.team != teams.DEFAULT for u in usage):  # once teams share the fleet (docs/SERVICE.md)
+        shares = Table("team", "share", "running", "queued", "month $", "max GPUs", "monthly $", box=None,
+                       pad_edge=False)
+        for u in usage:
+            shares.add_row(u.team, f"{u.share:g}", str(u.running), str(u.queued), f"{u.month_usd:.6f}",
+                           "" if u.max_gpus is None else str(u.max_gpus),
+                           "" if u.monthly_usd is None else f"{u.monthly_usd:g}")
+        out.print(shares)
 
 
-def _plans(factory, settings: Settings, run_ids: list[int]) -> dict[int, dict]:
+def run_plans(factory, settings: Settings, run_ids: list[int]) -> dict[int, dict]:
     """Each run's deadline, projected finish (runs with work left: jobs.work.deadlines) and cost cap."""
     now = utcnow()
     with factory() as s:

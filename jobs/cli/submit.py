@@ -3,8 +3,10 @@ renders it with an embedded worker and prints the report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -41,7 +43,7 @@ def submit(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, 
     """Validate a manifest and record a run; workers render it. Prints the run id."""
     try:
         settings = Settings.from_env()
-        s = _submit(settings, manifest, name, model, output, set_, notify, new_run)
+        s = submit_manifest(settings, manifest, name, model, output, set_, notify, new_run)
     except ReelbatchError as exc:
         fail(exc)
     if json_:
@@ -61,7 +63,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     interrupted = None
     try:
         settings = Settings.from_env()
-        s = _submit(settings, manifest, name, model, output, set_, notify, new_run, check_gate=True)
+        s = submit_manifest(settings, manifest, name, model, output, set_, notify, new_run, check_gate=True)
         factory = session_factory(settings.database_url)
         resume = embedded.resume_hint(sys.argv[1:], s.name)
         if s.pending_units:
@@ -85,13 +87,20 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     raise typer.Exit(0 if report["counts"]["succeeded"] == len(videos) else 1)
 
 
-def _submit(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
-            check_gate: bool = False) -> queries.Submitted:
-    with err.status(literal(f"validating {manifest}")):
+def submit_manifest(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
+                    check_gate: bool = False, team_id: int | None = None, source: str | None = None,
+                    quiet: bool = False) -> queries.Submitted:
+    """What `submit` does, for it and for the HTTP API (jobs.service): check the manifest, record the run for
+    `team_id` (None: the default team), queue its work. `source`: what the run says it came from (default: the
+    manifest's path). Progress goes to stderr for large manifests, unless `quiet` (a server's threads: rich shows
+    one live display at a time)."""
+    with nullcontext() if quiet else err.status(literal(f"validating {manifest}")):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
                              notify=notify, sets=sets or (), allowed_outputs=settings.allowed_outputs,
                              allowed_webhooks=settings.allowed_webhooks, default_output=settings.output,
                              allowed_inputs=settings.allowed_inputs)
+    if source is not None:
+        spec = dataclasses.replace(spec, source=source)
     if spec.notify is not None and settings.webhook_secret is None:
         raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
                          "deliveries could not be signed; set it here and on every worker")
@@ -103,9 +112,9 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, notif
     factory = session_factory(settings.database_url)
     large = len(spec.videos) >= PROGRESS_FROM_VIDEOS
     columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=not large) as bar:
+    with Progress(*columns, console=err, disable=quiet or not large) as bar:
         task = bar.add_task(visible(f"recording {spec.name}"), total=len(spec.videos))
-        submitted = queries.submit_run(factory, spec, output=spec.output, new_run=new_run)
+        submitted = queries.submit_run(factory, spec, output=spec.output, new_run=new_run, team_id=team_id)
         bar.update(task, completed=len(spec.videos))
         if submitted.pending_units:
             from jobs.work.app import create_app  # here, not at the top: Celery is only for commands that queue

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from engine.types import Shape
 from jobs.db.bulk import insert_rows
 from jobs.db.connect import reads
-from jobs.db.rows import CostRecord, Run, Video, WorkerSession, WorkUnit, as_utc, utcnow
+from jobs.db.rows import CostRecord, Run, Team, Video, WorkerSession, WorkUnit, as_utc, utcnow
 from jobs.db.status import Status, move
 from jobs.errors import RunNameTaken, RunNotFound, UsageError
 from jobs.manifest import RunSpec, derive_seed
@@ -56,16 +56,22 @@ class Submitted:
     model: str
 
 
-def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = False) -> Submitted:
+def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = False,
+               team_id: int | None = None) -> Submitted:
     """Record a validated run and its videos and work units, in one transaction.
 
     Same name and same content: the existing run (idempotent). Same name, other content: refused, so no run can
     write over another's videos. `new_run`: always a new run, named `NAME-2`, `NAME-3`, ... when the name is taken.
+    `team_id`: the team it belongs to (None: the default team, jobs.db.teams); a name another team's run holds is
+    refused without a word of that run.
     """
     content = hashlib.sha256(f"{spec.content_sha256}\0{output}".encode()).hexdigest()
     with factory.begin() as s:
+        team_id = default_team_id(s) if team_id is None else team_id
         existing = s.scalar(select(Run).where(Run.name == spec.name))
         name = spec.name
+        if existing is not None and not new_run and (existing.team_id or default_team_id(s)) != team_id:
+            raise RunNameTaken(f"run name {spec.name!r} is taken; pick another name or pass --new-run")
         if existing is not None and not new_run:
             if existing.content_sha256 != content:
                 raise RunNameTaken(
@@ -81,7 +87,8 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
         run = Run(name=name, model=spec.model, output=output, priority=spec.priority, source=spec.source,
                   content_sha256=content, notify_url=spec.notify, codec=spec.encoding.codec, crf=spec.encoding.crf,
                   preset=spec.encoding.preset, deadline=spec.deadline,
-                  max_cost_micro_usd=None if spec.max_cost_usd is None else round(spec.max_cost_usd * 1e6))
+                  max_cost_micro_usd=None if spec.max_cost_usd is None else round(spec.max_cost_usd * 1e6),
+                  team_id=team_id)
         s.add(run)
         s.flush()
         # Plain rows in bulk (jobs.db.bulk), not ORM objects: a 100,000-video run's objects took the client longer
@@ -100,7 +107,7 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
         # chunk 0, which batches apart from text-only work when the model says so.
         insert_rows(s, WorkUnit, [dict(
             video_id=ids[v.id], chunk=k, frames=v.window, ready=k == 0, priority=spec.priority, rank=rank,
-            status=Status.PENDING, model=spec.model,
+            status=Status.PENDING, model=spec.model, team_id=team_id,
             shape_key=Shape(spec.model, v.width, v.height, v.window, v.steps, v.guidance,
                             image=spec.separate_image_batches and v.image is not None and k == 0).key())
             for v in spec.videos for k in range(v.chunks)])
@@ -165,9 +172,10 @@ class RunCounts:
         return all(Status(k).terminal for k, n in self.counts.items() if n)
 
 
-def run_counts(factory: Factory, run: str | None = None) -> list[RunCounts]:
+def run_counts(factory: Factory, run: str | None = None, owner: tuple = ()) -> list[RunCounts]:
+    """Each run's (or `run`'s) video counts by status; `owner`: more clauses a run must meet (a team's runs)."""
     with factory() as s:
-        query = select(Run).order_by(Run.id)
+        query = select(Run).where(*owner).order_by(Run.id)
         if run is not None:
             query = query.where(Run.id == _run_id(s, run))
         runs = list(s.scalars(query))
@@ -192,6 +200,21 @@ def unserved_pending(factory: Factory, stale_after_s: float) -> dict[str, int]:
         pending = s.execute(select(Run.model, func.count()).join(Video, Video.run_id == Run.id)
                             .where(Video.status == Status.PENDING).group_by(Run.model)).all()
     return {model: n for model, n in sorted(pending) if model not in served}
+
+
+# The team CLI runs belong to (jobs.db.teams); the migration makes it.
+DEFAULT_TEAM = "default"
+
+
+def default_team_id(s: Session) -> int:
+    """The default team's id, made on first use (the migration makes it; a database made otherwise may lack it)."""
+    found = s.scalar(select(Team.id).where(Team.name == DEFAULT_TEAM))
+    if found is None:
+        team = Team(name=DEFAULT_TEAM, share=1.0)
+        s.add(team)
+        s.flush()
+        found = team.id
+    return found
 
 
 def _run_id(s: Session | Connection, run: str) -> int:

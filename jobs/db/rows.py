@@ -85,6 +85,9 @@ class Run(Timestamps, Base):
     # At its deadline, work not yet started is cancelled and `expired_at` set, once (jobs.db.limits.expire_due).
     deadline: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
     expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The team that owns it (jobs.db.teams): only that team's tokens see or touch it over HTTP. None: the default
+    # team (a run recorded before teams existed, or by code that names none).
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"), index=True)
 
     videos: Mapped[list[Video]] = relationship(back_populates="run", lazy="raise", order_by="Video.id")
 
@@ -166,6 +169,8 @@ class WorkUnit(Timestamps, Base):
     # The run's model, so a worker claims only what it serves with one index probe per model (jobs.claims.claims).
     model: Mapped[str] = mapped_column(String(128))
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    # The run's team (None: the default team), so the claim's fair share counts a team's units without a join.
+    team_id: Mapped[int | None] = mapped_column(Integer)
     # Claim order, highest first: priority x AGING_S minus submission time (jobs.db.queries.unit_rank), so a
     # higher priority wins but waiting work gains a level every AGING_S seconds and is never starved.
     rank: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -187,8 +192,32 @@ class WorkUnit(Timestamps, Base):
 # The claim's probes (jobs.claims.claims): the best claimable unit of one model, or of one shape, is the first entry of
 # its range, whatever else the table holds (finished rows sort under other statuses). rank DESC, id: the claim order.
 Index("ix_work_units_claim_model", WorkUnit.status, WorkUnit.ready, WorkUnit.model, WorkUnit.rank.desc(), WorkUnit.id)
+# A team's best claimable unit of a model (jobs.claims.fair): the first entry of its range.
+Index("ix_work_units_claim_team", WorkUnit.status, WorkUnit.ready, WorkUnit.team_id, WorkUnit.model,
+      WorkUnit.rank.desc(), WorkUnit.id)
 Index("ix_work_units_claim_shape", WorkUnit.status, WorkUnit.ready, WorkUnit.shape_key, WorkUnit.rank.desc(),
       WorkUnit.id)
+
+
+class Team(Timestamps, Base):
+    """Who owns runs (jobs.db.teams): its share of idle capacity, and its quotas (None: no limit)."""
+
+    __tablename__ = "teams"
+
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    share: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+    max_gpus: Mapped[int | None] = mapped_column(Integer)  # batches running at once
+    monthly_micro_usd: Mapped[int | None] = mapped_column(BigInteger)  # a calendar month's (UTC) charges
+
+
+class Token(Timestamps, Base):
+    """A team's API token: only the SHA-256 of its secret is kept, so the table cannot be replayed if read."""
+
+    __tablename__ = "tokens"
+
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class WorkerSession(Timestamps, Base):

@@ -11,6 +11,9 @@ serves on PORT. Scrape every port of every worker; sum across them in queries.
 - reelbatch_deadline_slack_seconds{run}: for each unfinished run with a deadline, its deadline minus its projected
   finish (jobs.cost.projection; negative: late), as this process's sweeper last saw (gauge; every worker reports
   the same figure: take the max or any, not the sum);
+- reelbatch_team_running{team}, reelbatch_team_queued{team}: each team's videos running and pending, and
+  reelbatch_team_month_usd{team}: its charges this calendar month (UTC), as the fleet's sweeper last saw (gauges;
+  every worker that sweeps reports the same figure: take the max, not the sum);
 - reelbatch_deadline_at_risk{run}: 1 when that run is projected to miss its deadline (or no worker is alive to
   render it), else 0 (gauge).
 """
@@ -32,7 +35,19 @@ QUEUE_DEPTH = Gauge("reelbatch_queue_depth", "Claimable work units, as last seen
 DEADLINE_SLACK = Gauge("reelbatch_deadline_slack_seconds", "A run's deadline minus its projected finish", ["run"])
 DEADLINE_AT_RISK = Gauge("reelbatch_deadline_at_risk", "1 if a run is projected to miss its deadline", ["run"])
 
+TEAM_RUNNING = Gauge("reelbatch_team_running", "A team's videos running", ["team"])
+TEAM_QUEUED = Gauge("reelbatch_team_queued", "A team's videos pending", ["team"])
+TEAM_MONTH_USD = Gauge("reelbatch_team_month_usd", "A team's charges this calendar month (UTC)", ["team"])
+
 _served: int | None = None
+
+
+def publish_teams(usage) -> None:
+    """Set the team gauges from jobs.db.teams.usage's rows."""
+    for u in usage:
+        TEAM_RUNNING.labels(u.team).set(u.running)
+        TEAM_QUEUED.labels(u.team).set(u.queued)
+        TEAM_MONTH_USD.labels(u.team).set(u.month_usd)
 
 
 def serve(port: int) -> int:

@@ -22,7 +22,7 @@ from typing_extensions import assert_never
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderRequest, Shape
-from jobs.claims import claims, leases
+from jobs.claims import claims, fair, leases
 from jobs.claims.claims import Claim, ClaimedUnit, Serving, waiting_shapes
 from jobs.claims.gate import Gate
 from jobs.cost.meter import Meter
@@ -104,7 +104,8 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
         return BatchResult()
     gate = Gate(meter.rate, settings.storage_price(), settings.cache_dir)
     claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s,
-                               serving=serving(settings, engine), gate=gate)
+                               serving=serving(settings, engine), gate=gate,
+                               fair=fair.shared() if settings.fair_share else None)
     if gate.stopped:  # a run stopped at its budget may have nothing left running to notice that it finished
         _notice_finished(settings, factory, set(gate.stopped))
     if claim is None:

@@ -45,6 +45,7 @@ class Settings:
     batched_guidance: bool
     fast_vae_norm: bool
     overlap: bool
+    fair_share: bool
     store_threads: int  # 0: auto (jobs.render.store.store_threads)
     compile: bool
     attention: str

@@ -112,6 +112,9 @@ VARIABLES: tuple[Variable, ...] = (
       "float32 ulp; on a CPU the norm kernel was half of a small model's decode)"),
     V("REELBATCH_OVERLAP", "overlap", switch, True, "`1`",
       "`1`/`0`: a worker encodes, stores and records batch k on a background thread while batch k+1 renders"),
+    V("REELBATCH_FAIR_SHARE", "fair_share", switch, True, "`1`",
+      "`1`/`0`: a worker's claim keeps teams to their `max_gpus` and `monthly_usd` and shares idle capacity by "
+      "their `share` (jobs.claims.fair); `0`: one queue by rank, whatever the team (docs/SERVICE.md)"),
     V("REELBATCH_STORE_THREADS", "store_threads", count_or_auto, 0, "`auto`",
       "videos of a batch encoded and uploaded at once (`1`: one after another; their records are then written in one "
       "transaction); `auto` is 4 on a GPU and 1 on a CPU, where storing on more threads takes the cores the next "

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from jobs.claims import claims, leases
 from jobs.cost import ledger
 from jobs.cost.meter import Meter
-from jobs.db import limits
+from jobs.db import limits, teams
 from jobs.db.rows import utcnow
 from jobs.notify import finished, send
 from jobs.observe import prometheus
@@ -81,6 +81,8 @@ class Sweeper(threading.Thread):
         if fleet:
             self.keep_deadlines()  # whatever it meets, leases were reaped and tickets sent
             finished.catch_up(self.settings, self.factory)
+            if self.settings.metrics_port:  # each team's figures, from the sweeping worker only
+                prometheus.publish_teams(teams.usage(self.factory))
         elif self.settings.metrics_port:  # this process's own deadline gauges
             self.gauges.publish(self.factory)
         send.deliver_due(self.settings, self.factory)

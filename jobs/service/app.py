@@ -1,0 +1,71 @@
+"""The service assembled: FastAPI (for the OpenAPI description it derives from the routes, served at
+/openapi.json) on uvicorn (an ASGI server made for production: HTTP/1.1 keep-alive, graceful shutdown, proxy
+headers; jobs.service.command). The CLI's errors become HTTP statuses here, in one place:
+
+- a manifest's problems (ManifestError): 422, every FILE:LINE message, as the CLI prints them;
+- a run that is not the team's (or does not exist): 404, the same words either way (jobs.db.teams.owned_run);
+- a run name taken: 409; any other bad input (UsageError): 422; a store that cannot be reached: 502;
+- any other reelbatch error: 503 (the database or broker is down, the schema is behind).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from jobs.db.connect import session_factory
+from jobs.errors import ReelbatchError, RunNameTaken, RunNotFound, UsageError
+from jobs.manifest.specs import ManifestError
+from jobs.service.guards import BodyLimit, SubmitRate
+from jobs.settings import Settings
+from storage.stores import StoreError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    # A manifest's body: reelbatch reads manifests of up to 64 MiB (jobs.manifest.read); 16 MiB holds ~50,000
+    # videos of a typical JSONL line and keeps one request's memory bounded.
+    max_body_bytes: int = 16 << 20
+    submits_per_minute: int = 30
+    # How long a presigned S3 URL (a video or poster) stays valid: long enough to start a download.
+    presign_s: int = 300
+
+
+def create_app(settings: Settings, config: ServiceConfig = ServiceConfig()) -> FastAPI:
+    from jobs.service import page, run_routes, submit_routes, video_routes  # the routes import this module's names
+
+    # No /docs or /redoc: FastAPI's pages load their scripts from a CDN, and nothing here comes from the internet.
+    app = FastAPI(title="reelbatch", version="1", docs_url=None, redoc_url=None,
+                  description="Render manifests of text-to-video prompts to MP4s, as a team. Every route takes "
+                              "`Authorization: Bearer TOKEN` (`reelbatch token create --team NAME`).")
+    app.state.settings, app.state.config = settings, config
+    app.state.factory = session_factory(settings.database_url)
+    app.state.rate = SubmitRate(config.submits_per_minute)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    for module in (submit_routes, run_routes, video_routes, page):
+        app.include_router(module.router)
+    app.add_exception_handler(ReelbatchError, _reelbatch_error)
+    app.add_exception_handler(StoreError, _store_error)
+    return app
+
+
+def _reelbatch_error(_request: Request, exc: ReelbatchError) -> JSONResponse:
+    if isinstance(exc, ManifestError):
+        return JSONResponse({"detail": str(exc), "issues": [
+            {"file": i.file, "line": i.line, "field": i.field, "message": i.message, "text": str(i)}
+            for i in exc.issues]}, 422)
+    status = (404 if isinstance(exc, RunNotFound) else 409 if isinstance(exc, RunNameTaken)
+              else 422 if isinstance(exc, UsageError) else 503)
+    if status == 503:
+        log.warning("%s", exc)
+    return JSONResponse({"detail": str(exc)}, status)
+
+
+def _store_error(_request: Request, exc: StoreError) -> JSONResponse:
+    log.warning("%s", exc)
+    return JSONResponse({"detail": f"the store cannot be read: {exc}"}, 502)

@@ -1,0 +1,39 @@
+"""`reelbatch serve`: the HTTP API teams share (jobs.service) on uvicorn, with the live page at / and the OpenAPI
+description at /openapi.json. Put it behind a reverse proxy that ends TLS (docs/SERVICE.md): tokens travel in a
+header, so the link from the client to the proxy must be encrypted."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from jobs.cli.console import err, fail
+from jobs.errors import ReelbatchError
+from jobs.settings import Settings
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (a proxy in front: keep 127.0.0.1).")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8000,
+    max_body_bytes: Annotated[int, typer.Option(
+        "--max-body-bytes", min=1, help="Largest request body (a manifest); larger: 413.")] = 16 << 20,
+    submits_per_minute: Annotated[int, typer.Option(
+        "--submits-per-minute", min=1, help="Submissions a team may make in any minute; more: 429.")] = 30,
+    forwarded_allow_ips: Annotated[str, typer.Option(
+        "--forwarded-allow-ips", help="Proxies whose X-Forwarded-* headers are believed.")] = "127.0.0.1",
+) -> None:
+    """Serve the HTTP API and the live page: every request acts for the team its bearer token names."""
+    import uvicorn  # here, not at the top: only this command needs the server
+
+    from jobs.service import ServiceConfig, create_app
+
+    try:
+        app = create_app(Settings.from_env(), ServiceConfig(max_body_bytes=max_body_bytes,
+                                                            submits_per_minute=submits_per_minute))
+    except ReelbatchError as exc:
+        fail(exc)
+    err.print(f"reelbatch serving on http://{host}:{port}/ (API description: /openapi.json)", highlight=False)
+    uvicorn.run(app, host=host, port=port, proxy_headers=True, forwarded_allow_ips=forwarded_allow_ips,
+                log_level="info", server_header=False)

@@ -1,0 +1,102 @@
+"""POST /v1/runs (submit a manifest) and POST /v1/estimate (estimate one, recording nothing), with the CLI's run
+options as query parameters (name, model, output, notify, set (repeatable), new_run; gpus for the estimate).
+
+The manifest is the body: YAML (Content-Type application/yaml) or JSONL (application/jsonl), or a multipart upload
+whose `manifest` part names its file. It is written to a private temporary folder under the name it was sent with
+(`filename=`, else manifest.yaml / manifest.jsonl) and read by the CLI's own functions, so every rule and every
+FILE:LINE message is the CLI's; the folder is removed afterwards. Relative image paths therefore resolve to nothing
+on the server: name images by URI under REELBATCH_ALLOWED_INPUTS."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from jobs.cli.plan import estimate_manifest
+from jobs.cli.submit import submit_manifest
+from jobs.db.teams import TeamInfo
+from jobs.manifest.specs import ManifestError, ManifestIssue
+from jobs.service.auth import caller
+
+router = APIRouter(prefix="/v1", tags=["submit"])
+
+_TYPES = {"application/yaml": ".yaml", "application/x-yaml": ".yaml", "text/yaml": ".yaml", "text/x-yaml": ".yaml",
+          "application/jsonl": ".jsonl", "application/x-ndjson": ".jsonl", "application/jsonlines": ".jsonl",
+          "text/jsonl": ".jsonl"}
+_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+Team = Annotated[TeamInfo, Depends(caller)]
+_DOC = ("The manifest as the body (application/yaml or application/jsonl) or as the `manifest` part of a "
+        "multipart/form-data upload.")
+
+
+async def _manifest(request: Request, filename: str | None) -> tuple[str, bytes]:
+    """(the file name the manifest is read under, its bytes)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "multipart/form-data":
+        form = await request.form()
+        part = form.get("manifest")
+        if part is None or isinstance(part, str):
+            raise HTTPException(422, detail="multipart upload: send the manifest as a file part named `manifest`")
+        data, filename = await part.read(), filename or part.filename or ""
+    elif kind in _TYPES:
+        data, filename = await request.body(), filename or f"manifest{_TYPES[kind]}"
+    else:
+        raise HTTPException(415, detail=f"Content-Type {kind or '(none)'!r}: send application/yaml, "
+                                        "application/jsonl or multipart/form-data")
+    filename = Path(filename).name
+    if not _FILENAME.match(filename):
+        raise HTTPException(422, detail=f"file name {filename!r}: use letters, digits, '.', '-' and '_'")
+    return filename, data
+
+
+def _as_sent(exc: ManifestError, folder: str, filename: str) -> ManifestError:
+    """The manifest's problems named by the file as it was sent, not by the temporary folder it was read from."""
+    return ManifestError([ManifestIssue(filename if i.file.startswith(folder) else i.file, i.line, i.field, i.message)
+                          for i in exc.issues])
+
+
+def _read(work, filename: str, data: bytes):
+    with tempfile.TemporaryDirectory(prefix="reelbatch-upload-") as folder:
+        path = Path(folder) / filename
+        path.write_bytes(data)
+        try:
+            return work(path)
+        except ManifestError as exc:
+            raise _as_sent(exc, folder, filename) from None
+
+
+@router.post("/runs", summary="Submit a manifest", description=_DOC + " Idempotent as `reelbatch submit`: the "
+             "same manifest again answers 200 with the same run; a new run answers 201.")
+async def submit(request: Request, team: Team, name: Optional[str] = None, model: Optional[str] = None,
+                 output: Optional[str] = None, notify: Optional[str] = None,
+                 set_: Annotated[Optional[list[str]], Query(alias="set")] = None, new_run: bool = False,
+                 filename: Optional[str] = None) -> JSONResponse:
+    filename, data = await _manifest(request, filename)
+    request.app.state.rate.check(team)  # a submission is a manifest sent, whether it then passes its checks or not
+    settings = request.app.state.settings
+
+    def work(path: Path):
+        return submit_manifest(settings, path, name, model, output, set_, notify, new_run, team_id=team.id,
+                               source=f"http: team {team.name}, {filename}", quiet=True)
+
+    s = await run_in_threadpool(_read, work, filename, data)
+    return JSONResponse({"run_id": s.run_id, "name": s.name, "videos": s.videos, "created": s.created,
+                         "pending": s.pending_units}, 201 if s.created else 200)
+
+
+@router.post("/estimate", summary="Estimate a manifest", description=_DOC + " Checks it as a submission would and "
+             "records nothing: the same JSON as `reelbatch estimate --json`.")
+async def estimate(request: Request, team: Team, name: Optional[str] = None, model: Optional[str] = None,
+                   output: Optional[str] = None, set_: Annotated[Optional[list[str]], Query(alias="set")] = None,
+                   gpus: Annotated[Optional[int], Query(ge=1, le=100000)] = None,
+                   filename: Optional[str] = None) -> dict:
+    filename, data = await _manifest(request, filename)
+    settings = request.app.state.settings
+    return await run_in_threadpool(_read, lambda path: estimate_manifest(settings, path, name, model, output, set_,
+                                                                         gpus, quiet=True), filename, data)
