@@ -1,4 +1,4 @@
-"""Teams sharing the fleet, in the claim (jobs.work.claims.claim_batch): which teams may start work now, and in what
+"""Teams sharing the fleet, in the claim (jobs.claims.claims.claim_batch): which teams may start work now, and in what
 order a claim tries them.
 
 - max_gpus: a team whose work runs on `max_gpus` workers (distinct lease owners of its running units, one batch per

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from jobs.db.rows import Video
 from jobs.db.teams import TeamInfo, owned_run
-from jobs.render.keys import object_key, poster_key
+from jobs.manifest.keys import object_key, poster_key
 from jobs.service.auth import caller
 from storage.stores import LocalStore, S3Store, open_store
 

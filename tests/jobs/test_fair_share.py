@@ -13,7 +13,7 @@ from jobs.db import queries, teams
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
-from jobs.work import claims
+from jobs.claims import claims
 
 
 def submit(factory, registry, tmp_path, team: str, name: str, videos: int, priority: int = 0) -> None:
@@ -106,7 +106,7 @@ def test_status_and_metrics_show_each_teams_running_queued_and_month_to_date(fac
 
     from prometheus_client import REGISTRY
 
-    from jobs.work import prometheus
+    from jobs.observe import prometheus
 
     teams.add_team(factory, "a", monthly_usd=5)
     teams.add_team(factory, "b", share=2)
