@@ -12,7 +12,7 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from jobs.cli.console import err, fail, out
-from jobs.cli.submit import JsonOpt, ManifestArg, ModelOpt, NameOpt, OutputOpt, SetOpt
+from jobs.cli.submit import JsonOpt, ManifestArg, ModelOpt, NameOpt, OutputOpt, SetOpt, check_signable
 from jobs.cost import profiles
 from jobs.cost.estimate import Estimator
 from jobs.cost.forecast import estimate as forecast
@@ -40,7 +40,8 @@ def estimate(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None
         settings = Settings.from_env()
         with err.status(f"validating {manifest}"):
             spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                                 sets=set_ or (), allowed_outputs=settings.allowed_outputs)
+                                 sets=set_ or (), policy=settings.manifest_policy())
+        check_signable(settings, manifest, spec)
         bench = profiles.load(settings.cache_dir)
         now = utcnow()
         factory = _ledger(settings.database_url)
