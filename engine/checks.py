@@ -37,9 +37,13 @@ def check_images(shape: Shape, requests) -> None:
 
 
 def checked(request, frames: np.ndarray, finite: bool, stages: dict[str, float]) -> RenderedVideo:
-    """A video's uint8 frames, refusing output that must never be uploaded."""
+    """A video's uint8 frames, refusing output that must never be uploaded. A refusal is a RenderError, which fails
+    the video at once (engine.errors): the frames follow from the model, the settings, the prompt and the seed, so
+    another attempt would render the same ones (a decoder that gives flat frames gave them three times over when
+    these were retried)."""
     if not finite:
-        return RenderedVideo(request, None, "render produced non-finite values (NaN or Inf)", stages)
+        return RenderedVideo(request, None, RenderError("render produced non-finite values (NaN or Inf)"), stages)
     if frames.min() == frames.max():
-        return RenderedVideo(request, None, f"render produced blank frames (every pixel {int(frames.min())})", stages)
+        return RenderedVideo(request, None, RenderError(f"render produced blank frames (every pixel "
+                                                        f"{int(frames.min())})"), stages)
     return RenderedVideo(request, frames, None, stages)

@@ -174,7 +174,8 @@ class Engine:
         for i, request in enumerate(requests):
             if request.latents_only:
                 chunk = latents[i].float().cpu()
-                bad = None if torch.isfinite(chunk).all() else "render produced non-finite latents (NaN or Inf)"
+                bad = (None if torch.isfinite(chunk).all()
+                       else RenderError("render produced non-finite latents (NaN or Inf)"))
                 out.append(RenderedVideo(request, None, bad, share, latents=None if bad else chunk))
             else:
                 out.append(checked(request, *next(frames), share))
@@ -204,7 +205,7 @@ class Engine:
                             image=request.image if k == 0 else None)
             (done,) = self.render(RenderBatch(shape, (chunk,)))
             if done.error:
-                return RenderedVideo(request, None, f"chunk {k}: {done.error}", stages), chunks
+                return RenderedVideo(request, None, RenderError(f"chunk {k}: {done.error}"), stages), chunks
             chunks.append(done.latents)
             stages = add_stages(stages, done.stages)
         return self.finish_long(shape.model, chunks, chunk_plan, request, stages), chunks

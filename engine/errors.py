@@ -1,10 +1,15 @@
-"""The engine's error tree. The worker reads `retryable` to decide whether a failure is worth another attempt."""
+"""The engine's error tree. Each class carries its `decision` (faults.Decision): what the worker does with a video
+whose render raised it (jobs.render.attempts.decide)."""
+
+from typing import ClassVar
+
+from faults import Decision
 
 
 class EngineError(Exception):
-    """Base of every error the engine raises on purpose."""
+    """Base of every error the engine raises on purpose: a refusal, which another attempt would meet again."""
 
-    retryable = False
+    decision: ClassVar[Decision] = Decision.FAIL_NOW
 
 
 class ModelNotFound(EngineError):
@@ -12,17 +17,22 @@ class ModelNotFound(EngineError):
 
 
 class RenderError(EngineError):
-    """A render finished but its output is unusable (non-finite or blank frames)."""
+    """The engine refuses the render (a shape it cannot make, a lossy setting without a passing gate, a picture on a
+    model that takes none) or its output (non-finite or blank frames). Each is decided by the model, the settings and
+    the request (its prompt and seed), which another attempt repeats: the video fails at once."""
 
 
 class RetryableRenderError(EngineError):
     """A render failed for a reason that may pass (out of memory, a device reset)."""
 
-    retryable = True
+    decision: ClassVar[Decision] = Decision.RETRY
 
 
 class RenderInterrupted(EngineError):
-    """The caller asked the render to stop at a step boundary (run cancelled, time limit, lease lost)."""
+    """The caller asked the render to stop at a step boundary (run cancelled, time limit, lease lost). Not the
+    video's failure: what follows depends on the reason (jobs.render.batch)."""
+
+    decision: ClassVar[Decision] = Decision.HAND_BACK
 
     def __init__(self, reason: str):
         super().__init__(reason)

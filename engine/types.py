@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.errors import RenderError
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -56,11 +58,12 @@ class RenderBatch:
 
 @dataclass(frozen=True)
 class RenderedVideo:
-    """One video's frames (uint8, F x H x W x 3) or the reason it has none."""
+    """One video's frames (uint8, F x H x W x 3) or the reason it has none: the engine's refusal of its output
+    (engine.checks.checked), an error whose class says what the worker does with the video (engine.errors)."""
 
     request: RenderRequest
     frames: np.ndarray | None
-    error: str | None = None
+    error: RenderError | None = None
     # This video's share of the batch's seconds per stage: "text", "denoise", "decode".
     stages: dict[str, float] = field(default_factory=dict)
     # For a latents_only request: its latents (C, F, h, w), float32 on the CPU; frames is None.

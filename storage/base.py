@@ -11,48 +11,53 @@ import hashlib
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
+
+from faults import Decision
 
 
 class StoreError(Exception):
-    """Base of every error a store raises on purpose. The worker reads `retryable` to decide on another attempt."""
+    """Base of every error a store raises on purpose (and what the S3 store makes of a request the server refused
+    outright: access denied, no such bucket). Each class carries its `decision` (faults.Decision), which the worker
+    reads (jobs.render.attempts.decide): a store error that another attempt would meet again fails the video now."""
 
-    retryable = False
+    decision: ClassVar[Decision] = Decision.FAIL_NOW
 
 
 class StoreUnavailable(StoreError):
     """The store could not be reached or answered with a server error (network down, endpoint refused, 5xx)."""
 
-    retryable = True
+    decision: ClassVar[Decision] = Decision.RETRY
 
 
 class ObjectConflict(StoreError):
     """A different object already exists at the key. It is never overwritten; retrying cannot help."""
 
-    retryable = False
+    decision: ClassVar[Decision] = Decision.FAIL_NOW
 
 
 class IntegrityError(StoreError):
     """The stored bytes did not hash to the expected SHA-256; the bad object was deleted, so a retry starts clean."""
 
-    retryable = True
+    decision: ClassVar[Decision] = Decision.RETRY
 
 
 class ObjectNotFound(StoreError):
     """`get` asked for a key that holds no object."""
 
-    retryable = False
+    decision: ClassVar[Decision] = Decision.FAIL_NOW
 
 
 class KeyTooLong(StoreError):
     """The key (or a name the store would write for it) is over the store's byte limit; it never will fit."""
 
-    retryable = False
+    decision: ClassVar[Decision] = Decision.FAIL_NOW
 
 
 class ObjectTooLarge(StoreError):
     """`get` with `max_bytes` found a larger object: nothing of it was read (a manifest's image over its limit)."""
 
-    retryable = False
+    decision: ClassVar[Decision] = Decision.FAIL_NOW
 
 
 @dataclass(frozen=True)

@@ -229,7 +229,7 @@ class S3Store(Store):
 
     @contextmanager
     def _errors(self, uri: str) -> Iterator[None]:
-        """Translate botocore's exceptions into the store error tree, so the worker can read `retryable`."""
+        """Translate botocore's exceptions into the store error tree, whose classes carry what the worker decides."""
         from botocore import exceptions as boto_errors  # loaded with the client (not at the top: above)
 
         endpoint = self._client.meta.endpoint_url

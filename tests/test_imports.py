@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TREES = ("jobs", "engine", "storage", "migrations")
+TREES = ("faults", "jobs", "engine", "storage", "migrations")
 
 # Bottom to top. A package imports only from floors below its own; packages on one floor do not import each other.
 FLOORS: tuple[tuple[str, ...], ...] = (
+    # What an error decides (retry, fail now, hand back): carried by the engine's errors and the stores' alike.
+    ("faults",),
     # Leaves: the engine (frames from a batch of requests), the stores and the encoder, the error tree, and what a
     # process shows the outside (its metrics, its JSON logs, its name host:pid in leases, sessions and attempts).
     ("engine", "storage", "jobs.errors", "jobs.observe"),
@@ -54,7 +56,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 FLOOR = {package: level for level, floor in enumerate(FLOORS) for package in floor}
 # The product's path (manifest -> db -> claims -> render -> storage -> cost -> reports, and the worker) and what
 # stands apart from it: measurement and training.
-PRODUCT = ("engine", "storage", "jobs.errors", "jobs.observe", "jobs.manifest", "jobs.db", "jobs.cost",
+PRODUCT = ("faults", "engine", "storage", "jobs.errors", "jobs.observe", "jobs.manifest", "jobs.db", "jobs.cost",
            "jobs.settings", "jobs.reports", "jobs.notify", "jobs.claims", "jobs.render", "jobs.work")
 APART = ("engine.toy", "jobs.quality", "jobs.bench")
 # The namespace that holds the jobs floors: its own __init__ imports nothing.

@@ -99,8 +99,9 @@ def retry_or_fail(s: Session, unit: WorkUnit, video: Video, error: str, *, max_a
     return True
 
 
-def release(factory: Factory, unit: ClaimedUnit) -> bool:
-    """Give a unit back without charging an attempt (shutdown, or its batch stopped for another's cancel).
+def release(factory: Factory, unit: ClaimedUnit, *, solo: bool = False) -> bool:
+    """Give a unit back without charging an attempt (shutdown, or its batch stopped for another's cancel; `solo`:
+    its batch of several failed in a way that may be one video's, so it is claimed alone from now on).
 
     Units of a cancelled run become cancelled. False if the lease was already lost.
     """
@@ -113,6 +114,7 @@ def release(factory: Factory, unit: ClaimedUnit) -> bool:
         video.attempts -= 1
         cancelled = s.get(Run, video.run_id).cancelled_at is not None
         move(row, video, Status.CANCELLED if cancelled else Status.PENDING)
+        row.solo = row.solo or solo
         return True
 
 

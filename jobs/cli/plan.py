@@ -13,7 +13,7 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from jobs.cli.console import err, fail, out
-from jobs.cli.submit import JsonOpt, ManifestArg, ModelOpt, NameOpt, OutputOpt, SetOpt
+from jobs.cli.submit import JsonOpt, ManifestArg, ModelOpt, NameOpt, OutputOpt, SetOpt, check_signable
 from jobs.cost import profiles
 from jobs.cost.estimate import Estimator
 from jobs.cost.forecast import estimate as forecast
@@ -52,7 +52,8 @@ def estimate_manifest(settings: Settings, manifest: Path, name, model, output, s
     """What `estimate` prints, for it and for the HTTP API (jobs.service); writes nothing. `quiet`: no spinner."""
     with nullcontext() if quiet else err.status(f"validating {manifest}"):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                             sets=sets or (), allowed_outputs=settings.allowed_outputs)
+                             sets=sets or (), policy=settings.manifest_policy())
+    check_signable(settings, manifest, spec)
     bench = profiles.load(settings.cache_dir)
     now = utcnow()
     factory = _ledger(settings.database_url)

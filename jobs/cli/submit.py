@@ -87,6 +87,14 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     raise typer.Exit(0 if report["counts"]["succeeded"] == len(videos) else 1)
 
 
+def check_signable(settings: Settings, manifest: Path, spec) -> None:
+    """A run with `notify` needs the secret its deliveries are signed with: refused without it (by `estimate` too,
+    which checks as `submit` does)."""
+    if spec.notify is not None and settings.webhook_secret is None:
+        raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
+                         "deliveries could not be signed; set it here and on every worker")
+
+
 def submit_manifest(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
                     check_gate: bool = False, team_id: int | None = None, source: str | None = None,
                     quiet: bool = False) -> queries.Submitted:
@@ -96,14 +104,10 @@ def submit_manifest(settings: Settings, manifest: Path, name, model, output, set
     one live display at a time)."""
     with nullcontext() if quiet else err.status(literal(f"validating {manifest}")):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                             notify=notify, sets=sets or (), allowed_outputs=settings.allowed_outputs,
-                             allowed_webhooks=settings.allowed_webhooks, default_output=settings.output,
-                             allowed_inputs=settings.allowed_inputs)
+                             notify=notify, sets=sets or (), policy=settings.manifest_policy())
     if source is not None:
         spec = dataclasses.replace(spec, source=source)
-    if spec.notify is not None and settings.webhook_secret is None:
-        raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
-                         "deliveries could not be signed; set it here and on every worker")
+    check_signable(settings, manifest, spec)
     if check_gate and (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher):
         from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
 

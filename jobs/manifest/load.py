@@ -33,6 +33,7 @@ from jobs.manifest.fields import (
 from jobs.manifest.images import ImageChecker, check_video_image
 from jobs.manifest.limits import pick_deadline, pick_max_cost, split_sets
 from jobs.manifest.outputs import canonical_output, check_output, check_output_allowed
+from jobs.manifest.policy import ManifestPolicy
 from jobs.manifest.read import load_jsonl, read_text
 from jobs.manifest.room import check_room
 from jobs.manifest.specs import Report, RunSpec
@@ -52,11 +53,8 @@ def load_manifest(
     priority: int | None = None,
     notify: str | None = None,
     sets: Sequence[str] = (),
-    allowed_outputs: Sequence[str] | None = None,
-    allowed_webhooks: Sequence[str] | None = None,
+    policy: ManifestPolicy = ManifestPolicy(),
     now: datetime | None = None,
-    default_output: str | None = None,
-    allowed_inputs: Sequence[str] | None = None,
     folder: str | None = None,
 ) -> RunSpec:
     """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
@@ -67,15 +65,18 @@ def load_manifest(
     keyword arguments, when given, override the file's values (the file's own value is then not checked), and each
     `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
     from the video, else `defaults`, else the model's defaults; a `sets` entry naming a run field of SET_RUN_FIELDS
-    (`max_cost_usd`, `deadline`) sets that run field instead. `allowed_outputs`: URI prefixes `output` must be under;
-    `allowed_webhooks`: URL prefixes `notify` must be under (none: `notify` is refused). `now` (aware; default the
-    clock): what a deadline must be after, and what a deadline duration counts from. `allowed_inputs`: prefixes an
-    image outside the manifest's folder must be under (REELBATCH_ALLOWED_INPUTS; none by default). `folder`: where
-    relative image paths are (default the manifest file's folder; a schedule's S3 manifest passes its s3:// prefix).
+    (`max_cost_usd`, `deadline`) sets that run field instead. `policy` (jobs.manifest.policy; every command passes
+    Settings.manifest_policy()): the URI prefixes `output` must be under, the URL prefixes `notify` must be under
+    (none: `notify` is refused), the prefixes an image outside the manifest's folder must be under, and the default
+    output. `now` (aware; default the clock): what a deadline must be after, and what a deadline duration counts
+    from. `folder`: where relative image paths are (default the manifest file's folder; a schedule's S3 manifest
+    passes its s3:// prefix).
 
-    The run's output is held in its canonical form (jobs.manifest.outputs): the manifest's own, else
-    `default_output`'s (None when neither is given); the run name and every id must fit the store there.
+    The run's output is held in its canonical form (jobs.manifest.outputs): the manifest's own, else the policy's
+    default output (None when neither is given); the run name and every id must fit the store there.
     """
+    allowed_outputs, allowed_webhooks = policy.allowed_outputs, policy.allowed_webhooks
+    allowed_inputs, default_output = policy.allowed_inputs, policy.default_output
     path = Path(path)
     report = Report(str(path))
     allowed = None if allowed_outputs is None else [_canonical("allowed output prefix", a) for a in allowed_outputs]

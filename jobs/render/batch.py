@@ -1,10 +1,11 @@
 """One batch through the whole path: claim -> engine -> frames -> MP4 -> store -> rows and cost.
 
 This is the plain function a Celery task calls (jobs.work.tasks); with the modules beside it (store, record, chunks,
-finisher, keeper), it is where jobs/, engine/ and storage/ meet. Failures are sorted here: a retryable one (store or
-database unreachable, out of memory, a time limit) goes back to pending with backoff until the video's attempts run
-out; a batch that fails is split so its videos retry one by one; a permanent one (a different object at the video's
-key) fails the video at once.
+finisher, keeper), it is where jobs/, engine/ and storage/ meet. Failures are sorted by what each error decides
+(jobs.render.attempts.decide): one that may pass (store or database unreachable, out of memory, a time limit, any
+error reelbatch does not know) goes back to pending with backoff until the video's attempts run out; a batch that
+fails is split so its videos retry one by one; one that another attempt would meet again (a render the engine
+refuses, a different object at the video's key, a key too long for the store) fails the video at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing_extensions import assert_never
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
 from engine.types import RenderBatch, RenderRequest, Shape
+from faults import Decision
 from jobs.claims import claims, fair, leases
 from jobs.claims.claims import Claim, ClaimedUnit, Serving, waiting_shapes
 from jobs.claims.gate import Gate
@@ -32,7 +34,7 @@ from jobs.notify.finished import run_finished
 from jobs.observe import logs, prometheus
 from jobs.observe.identity import worker_id
 from jobs.render import record
-from jobs.render.attempts import charge_released, retry
+from jobs.render.attempts import charge_released, decide, error_text, fail_now, retry, tally
 from jobs.render.chunks import chunk_request, drop_checkpoints
 from jobs.render.finisher import BatchResult, Finisher, finish
 from jobs.render.images import attach_images
@@ -131,8 +133,8 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         adopted, todo, unchecked = _adopt_earlier_uploads(settings, factory, claim, meter)
         pairs, unreadable = attach_images(claim.batch.shape, [(r, u) for r, u in zip(claim.batch.requests,
                                                                                        claim.units) if u in todo])
-        outcomes = [retry(settings, factory, unit, error, meter) for unit, error in unchecked + unreadable]
-        retried, failed = outcomes.count(True), outcomes.count(False)
+        # An image that cannot be read or has changed is retried: it can be restored (its message says how).
+        retried, failed = tally(retry(settings, factory, unit, error, meter) for unit, error in unchecked + unreadable)
         todo = [u for _, u in pairs]
         if not todo:
             return BatchResult(len(claim.units), adopted, retried, failed)
@@ -143,8 +145,7 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
             engine.pipeline(claim.batch.shape.model)
         except Exception as exc:  # noqa: BLE001 - a model that cannot load fails its videos' attempt, as a render would
             log.exception("loading %s failed", claim.batch.shape.model)
-            return _with_unreadable(_retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}",
-                                               adopted, meter), retried, failed)
+            return _with_unreadable(_failed_all(settings, factory, claim, todo, exc, adopted, meter), retried, failed)
         # The batch's time limit is for its render: a first batch's import and load (48 s for tiny on a loaded
         # 2-core machine, past the 60 s minimum with its render) no longer fails it.
         keeper.deadline = time.monotonic() + limit
@@ -156,10 +157,9 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         except RenderInterrupted as exc:
             return _interrupted(settings, factory, claim, todo, exc.reason, limit, adopted, meter,
                                 span.seconds / len(todo))
-        except Exception as exc:  # noqa: BLE001 - every failure of a batch is a failed attempt for its videos
+        except Exception as exc:  # noqa: BLE001 - every failure of a batch is a failed attempt, as the error decides
             log.exception("batch of %d (%s) failed", len(todo), claim.batch.shape.key())
-            return _retry_all(settings, factory, claim, todo, f"{type(exc).__name__}: {exc}", adopted, meter,
-                              span.seconds / len(todo))
+            return _failed_all(settings, factory, claim, todo, exc, adopted, meter, span.seconds / len(todo))
         # The batch's render time is shared equally: its videos have the same shape (frames x steps x pixels), so
         # the same work.
         store = partial(store_all, settings, factory, claim, todo, rendered, span.seconds / len(todo), adopted,
@@ -215,7 +215,7 @@ def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
             found = earlier_upload(unit)
         except StoreError as exc:
             log.warning("%s: cannot check its earlier upload, retried without a render: %s", unit.key, exc)
-            unchecked.append((unit, f"{type(exc).__name__}: {exc}"))
+            unchecked.append((unit, error_text(exc)))
             continue
         if found is not None:
             out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0,
@@ -230,11 +230,43 @@ def _adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
     return adopted, todo, unchecked
 
 
+def _failed_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit], exc: Exception,
+                adopted: int, meter: Meter, spent: float = 0.0) -> BatchResult:
+    """The batch's model would not load or its render raised: what follows for its videos is what the error decides.
+    The `spent` seconds each video's share took are charged to it (kind "retry") whatever the decision."""
+    error = error_text(exc)
+    match decide(exc):
+        case Decision.RETRY:
+            return _retry_all(settings, factory, claim, todo, error, adopted, meter, spent)
+        case Decision.FAIL_NOW if len(todo) > 1:
+            # One video of several may be the cause (its picture, say): each goes back to be claimed alone, with no
+            # attempt counted, and fails at once only if it fails alone (one attempt for each video, as it would
+            # have spent alone).
+            return _hand_back(factory, claim, todo, "retry", adopted, meter, spent, solo=True)
+        case Decision.FAIL_NOW:
+            (unit,) = todo
+            _, failed = tally([fail_now(factory, unit, error, meter, spent=spent)])
+            return BatchResult(len(claim.units), adopted, failed=failed)
+        case Decision.HAND_BACK:  # stopped from outside (a RenderInterrupted is handled before: _interrupted)
+            return _hand_back(factory, claim, todo, "interrupted", adopted, meter, spent)
+        case decision:
+            assert_never(decision)
+
+
 def _retry_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit], error: str, adopted: int,
                meter: Meter, spent: float = 0.0) -> BatchResult:
     # A batch of several that failed is split: each video retries alone, so one bad video cannot fail the rest.
-    outcomes = [retry(settings, factory, u, error, meter, solo=len(todo) > 1, spent=spent) for u in todo]
-    return BatchResult(len(claim.units), adopted, outcomes.count(True), outcomes.count(False))
+    retried, failed = tally(retry(settings, factory, u, error, meter, solo=len(todo) > 1, spent=spent) for u in todo)
+    return BatchResult(len(claim.units), adopted, retried, failed)
+
+
+def _hand_back(factory: Factory, claim: Claim, todo: list[ClaimedUnit], kind: str, adopted: int, meter: Meter,
+               spent: float, *, solo: bool = False) -> BatchResult:
+    """Give the units back with no attempt counted (`solo`: each to be claimed alone), charging each the `spent`
+    seconds as `kind`."""
+    for unit in todo:
+        charge_released(factory, unit, kind, spent, meter)
+    return BatchResult(len(claim.units), adopted, released=sum(leases.release(factory, u, solo=solo) for u in todo))
 
 
 def _interrupted(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit], reason: Stop,

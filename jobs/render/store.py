@@ -17,13 +17,14 @@ from typing_extensions import assert_never
 
 from engine.engine import Engine
 from engine.types import RenderedVideo
+from faults import Decision
 from jobs.claims.claims import Claim, ClaimedUnit
 from jobs.cost.meter import Meter
 from jobs.db.queries import Factory
 from jobs.manifest import keys
 from jobs.observe import prometheus
 from jobs.render import record
-from jobs.render.attempts import count_success, retry
+from jobs.render.attempts import Attempt, count_success, decide, error_text, fail_now, retry, tally
 from jobs.render.chunks import drop_checkpoints, stitch_long, store_chunk
 from jobs.render.finisher import BatchResult
 from jobs.render.posters import adopted_poster, put_poster
@@ -69,8 +70,9 @@ class Retry:
 
 
 @dataclass(frozen=True)
-class Conflict:
-    """Another object is at the video's key: fail it now (retrying cannot help)."""
+class FailNow:
+    """This attempt failed for a reason another attempt would meet again (another object at the video's key, a key
+    too long for the store, blank frames): fail the video now."""
 
     error: str
 
@@ -80,7 +82,7 @@ class LeaseLost:
     """The lease was taken over before the upload: whoever holds it now stores the video; write nothing."""
 
 
-StoreOutcome = Stored | Checkpointed | Retry | Conflict | LeaseLost
+StoreOutcome = Stored | Checkpointed | Retry | FailNow | LeaseLost
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
     share plus the seconds of the batch's storing that no render covered (jobs.cost.meter), split between its videos
     in proportion to how long each one's storing took: one after another, that is each video's own uncovered time;
     on several threads at once, their overlapping seconds are charged once."""
-    ok = retried = failed = readied = 0
+    ok = readied = 0
+    failures: list[Attempt] = []  # what each failed attempt came to
     with meter.uncovered() as span:
         attempts = _attempt_all(factory, engine, claim, todo, rendered, settings, meter.clock)
     own_total = sum(seconds for _, seconds in attempts)
@@ -110,14 +113,10 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
     for unit, video, (outcome, seconds) in zip(todo, rendered, attempts):
         spent = render_share + (span.seconds * seconds / own_total if own_total > 0 else 0.0)
         match outcome:
-            case Conflict(error):
-                lost = record.record_failure(factory, unit, error, spent, meter.rate, meter.session_id)
-                failed += lost
-                prometheus.VIDEOS.labels("failed").inc(lost)
+            case FailNow(error):
+                failures.append(fail_now(factory, unit, error, meter, spent=spent))
             case Retry(error):
-                retried_now = retry(settings, factory, unit, error, meter, spent=spent)
-                retried += retried_now is True
-                failed += retried_now is False
+                failures.append(retry(settings, factory, unit, error, meter, spent=spent))
             case LeaseLost():
                 # Whoever holds the lease now stores this video. A worker whose lease was lost writes nothing,
                 # cost records included: its seconds stay on its session (jobs.cost.ledger).
@@ -139,7 +138,7 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
                 drop_checkpoints(factory, keys.store_for(unit.output), unit)
     if readied and on_ready is not None:
         on_ready(readied)
-    return BatchResult(len(claim.units), ok + adopted, retried, failed)
+    return BatchResult(len(claim.units), ok + adopted, *tally(failures))
 
 
 def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[ClaimedUnit],
@@ -224,9 +223,9 @@ def _prepare(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit,
                 video = stitch_long(factory, store, engine, claim.batch.shape, unit, video)
             except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
                 log.warning("stitching %s failed: %s", unit.key, exc)
-                return Retry(_error(exc))
-        if video.error is not None:
-            return Retry(video.error)
+                return Retry(error_text(exc))
+        if video.error is not None:  # the engine refused its frames (engine.checks.checked)
+            return _failed(unit, video.error)
         return _encode(unit, video)
     except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
         return _failed(unit, exc)
@@ -250,7 +249,7 @@ def _mark(factory: Factory, ready: list[tuple[ClaimedUnit, Encoded]]) -> dict[in
         held = record.mark_all_uploading(factory, [(unit, step.digest) for unit, step in ready])
     except Exception as exc:  # noqa: BLE001 - the database unreachable for now: each video is retried
         log.warning("recording the checksums of %d videos before their uploads failed: %s", len(ready), exc)
-        return {unit.unit_id: Retry(_error(exc)) for unit, _ in ready}
+        return {unit.unit_id: Retry(error_text(exc)) for unit, _ in ready}
     return {unit.unit_id: None if unit.unit_id in held else LeaseLost() for unit, _ in ready}
 
 
@@ -283,15 +282,15 @@ def _upload(claim: Claim, mark_s: float, seam_review: float, unit: ClaimedUnit, 
                               seams is not None and seams > seam_review, poster_uri=poster_uri))
 
 
-def _failed(unit: ClaimedUnit, exc: Exception) -> Conflict | Retry:
-    """What an error while storing a video means for it: another object at its key (not one an earlier attempt of
-    this video stored: _upload adopts that) fails it now, as retrying cannot help; anything else may pass, so it is
-    retried."""
-    if isinstance(exc, ObjectConflict):
-        return Conflict(f"ObjectConflict: {exc}")
+def _failed(unit: ClaimedUnit, exc: Exception) -> FailNow | Retry:
+    """What an error while encoding or storing a video (or the engine's refusal of its frames) means for it, as the
+    error decides (jobs.render.attempts.decide): another object at its key (not one an earlier attempt of this video
+    stored: _upload adopts that), a key too long for the store or blank frames fail it now; an outage is retried."""
     log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)
-    return Retry(_error(exc))
-
-
-def _error(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    match decide(exc):
+        case Decision.FAIL_NOW:
+            return FailNow(error_text(exc))
+        case Decision.RETRY | Decision.HAND_BACK:  # handing back would render it again, for the same storing: retry
+            return Retry(error_text(exc))
+        case decision:
+            assert_never(decision)

@@ -17,6 +17,7 @@ from engine.models import Registry
 from engine.models_file import load_registry
 from jobs.cost.prices import Price, Rate, StoragePrice
 from jobs.errors import UsageError
+from jobs.manifest.policy import ManifestPolicy
 from jobs.settings.variables import VARIABLES
 
 __all__ = ["VARIABLES", "Settings", "markdown_table"]
@@ -93,6 +94,10 @@ class Settings:
 
     def gpu_rate(self) -> Rate:
         return Rate(self.gpu_hour_usd, self.gpu_hour_source)
+
+    def manifest_policy(self) -> ManifestPolicy:
+        """What a manifest may name here: the one value every way in hands to load_manifest (jobs.manifest.policy)."""
+        return ManifestPolicy(self.allowed_outputs, self.allowed_webhooks, self.allowed_inputs, self.output)
 
     def storage_price(self) -> StoragePrice:
         return StoragePrice(self.storage_gb_month_usd, self.retention_months, self.egress_gb_usd, self.storage_source)

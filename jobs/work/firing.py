@@ -149,8 +149,7 @@ def _load(settings: Settings, manifest: str, run_name: str, notify: str | None) 
     """Read and check the manifest as `submit` does, under the firing's run name (and the schedule's webhook)."""
     def load(path: Path, folder: str | None = None) -> RunSpec:
         return load_manifest(path, registry=settings.registry(), name=run_name, notify=notify,
-                             allowed_outputs=settings.allowed_outputs, allowed_webhooks=settings.allowed_webhooks,
-                             default_output=settings.output, allowed_inputs=settings.allowed_inputs, folder=folder)
+                             policy=settings.manifest_policy(), folder=folder)
 
     if not manifest.startswith("s3://"):
         return load(Path(manifest))

@@ -7,6 +7,7 @@ import pytest
 
 from engine.models import Registry
 from jobs.manifest import ManifestError, ManifestIssue, RunSpec, load_manifest
+from jobs.manifest.policy import ManifestPolicy
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "manifests", "examples")
 
@@ -22,8 +23,13 @@ def write(tmp_path, text, name="m.yaml"):
     return path
 
 
+POLICY_FIELDS = ("allowed_outputs", "allowed_webhooks", "allowed_inputs", "default_output")
+
+
 def load(path, **kwargs) -> RunSpec:
-    return load_manifest(path, registry=Registry(), **kwargs)
+    """load_manifest with the tiny registry; a ManifestPolicy field given as a keyword goes into the policy."""
+    policy = {name: kwargs.pop(name) for name in POLICY_FIELDS if name in kwargs}
+    return load_manifest(path, registry=Registry(), policy=ManifestPolicy(**policy), **kwargs)
 
 
 def expect(path, line, field, *fragments, **kwargs) -> ManifestIssue:

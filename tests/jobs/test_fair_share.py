@@ -8,12 +8,12 @@ import json
 
 from sqlalchemy import update
 
+from jobs.claims import claims
 from jobs.claims.fair import FairShare
 from jobs.db import queries, teams
 from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
-from jobs.claims import claims
 
 
 def submit(factory, registry, tmp_path, team: str, name: str, videos: int, priority: int = 0) -> None:

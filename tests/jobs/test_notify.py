@@ -13,6 +13,7 @@ from jobs.claims import claims
 from jobs.db import queries
 from jobs.db.rows import Notification, utcnow
 from jobs.manifest import load_manifest
+from jobs.manifest.policy import ManifestPolicy
 from jobs.notify import finished, outbox, send
 from jobs.notify.outbox import notifications
 from jobs.notify.sign import signature, verify
@@ -46,7 +47,7 @@ def _submit(factory, tmp_path, hook, videos=2, name="n"):
     manifest = tmp_path / f"{name}.yaml"
     manifest.write_text(f"name: {name}\nnotify: {hook.url}done\nvideos:\n"
                         + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(videos)))
-    spec = load_manifest(manifest, registry=_registry(), allowed_webhooks=(hook.url,))
+    spec = load_manifest(manifest, registry=_registry(), policy=ManifestPolicy(allowed_webhooks=(hook.url,)))
     return queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
 
 
@@ -215,7 +216,8 @@ def test_a_receiver_that_is_down_is_an_error_attempt(factory, tmp_path):
     settings = _settings(factory)
     manifest = tmp_path / "n.yaml"
     manifest.write_text(f"name: n\nnotify: {url}\nvideos:\n  - {{id: v0, prompt: p}}\n")
-    queries.submit_run(factory, load_manifest(manifest, registry=_registry(), allowed_webhooks=(url,)),
+    policy = ManifestPolicy(allowed_webhooks=(url,))
+    queries.submit_run(factory, load_manifest(manifest, registry=_registry(), policy=policy),
                        output=f"file://{tmp_path / 'out'}/")
     _cancel_and_notice(settings, factory)
     (attempt,) = notifications(factory, "n")[0].attempts

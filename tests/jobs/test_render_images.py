@@ -19,6 +19,7 @@ from jobs.db.connect import session_factory
 from jobs.db.rows import Video
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
+from jobs.manifest.policy import ManifestPolicy
 from jobs.quality.evaluate import round_trip
 from jobs.render.batch import render_next_batch
 from jobs.settings import Settings
@@ -46,7 +47,7 @@ def farm(tmp_path, model_cache, registry):
     def submit(text: str, **options):
         manifest = tmp_path / "r.yaml"
         manifest.write_text(text)
-        spec = load_manifest(manifest, registry=registry, **options)
+        spec = load_manifest(manifest, registry=registry, policy=ManifestPolicy(**options))
         queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
         return spec
 

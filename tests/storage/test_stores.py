@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from faults import Decision
 from storage.local import LocalStore
 from storage.s3 import S3Store
 from storage.stores import (
@@ -57,7 +58,7 @@ def test_different_bytes_never_overwrite(store, video, other_video):
     store.put(KEY, video, sha256=sha256_hex(video), metadata=META)
     with pytest.raises(ObjectConflict) as caught:
         store.put(KEY, other_video, sha256=sha256_hex(other_video), metadata=META)
-    assert caught.value.retryable is False
+    assert caught.value.decision is Decision.FAIL_NOW
     message = str(caught.value)
     assert store.uri_for(KEY) in message
     assert sha256_hex(video) in message and sha256_hex(other_video) in message
@@ -67,7 +68,7 @@ def test_different_bytes_never_overwrite(store, video, other_video):
 def test_bytes_that_do_not_match_the_checksum_are_not_kept(store, video, other_video):
     with pytest.raises(IntegrityError) as caught:
         store.put(KEY, video, sha256=sha256_hex(other_video), metadata=META)
-    assert caught.value.retryable is True
+    assert caught.value.decision is Decision.RETRY
     assert store.exists(KEY) is False
     # The key is clean again: a correct put succeeds as a fresh write.
     assert store.put(KEY, video, sha256=sha256_hex(video), metadata=META).existed is False
@@ -159,7 +160,7 @@ def test_a_key_one_byte_over_the_limit_is_refused_before_anything_is_written(sto
                   lambda: store.replace(key, b"x", content_type="video/mp4")):
         with pytest.raises(KeyTooLong) as caught:
             write()
-        assert caught.value.retryable is False
+        assert caught.value.decision is Decision.FAIL_NOW
         assert f"{over.bytes:,} bytes, over the {over.limit:,}-byte limit" in str(caught.value)
     assert puts == []
     if isinstance(store, LocalStore):
@@ -179,7 +180,7 @@ def test_get_refuses_an_object_over_its_byte_limit_before_reading_it(store, vide
     assert store.get(KEY, max_bytes=len(video)) == video, "at the limit: read"
     with pytest.raises(ObjectTooLarge, match=f"is {len(video):,} bytes, over the {len(video) - 1:,}-byte limit"):
         store.get(KEY, max_bytes=len(video) - 1)
-    assert not ObjectTooLarge.retryable
+    assert ObjectTooLarge.decision is Decision.FAIL_NOW
 
 
 def test_missing_object(store):

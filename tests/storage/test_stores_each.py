@@ -8,6 +8,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from faults import Decision
 from storage.local import LocalStore
 from storage.s3 import S3Store
 from storage.stores import (
@@ -47,7 +48,7 @@ def test_local_store_reports_os_errors_as_store_errors(tmp_path, video):
     (tmp_path / "myrun").write_text("a file where the run folder should be")
     with pytest.raises(StoreError) as caught:
         LocalStore(tmp_path).put(KEY, video, sha256=sha256_hex(video), metadata=META)
-    assert caught.value.retryable is False
+    assert caught.value.decision is Decision.FAIL_NOW
     assert "myrun" in str(caught.value)
 
 
@@ -119,7 +120,7 @@ def test_s3_missing_bucket_is_a_permanent_error(s3_env, video):
     store = open_store("s3://no-such-bucket-reelbatch/")
     with pytest.raises(StoreError) as caught:
         store.put(KEY, video, sha256=sha256_hex(video), metadata=META)
-    assert type(caught.value) is StoreError and caught.value.retryable is False
+    assert type(caught.value) is StoreError and caught.value.decision is Decision.FAIL_NOW
     assert "no-such-bucket-reelbatch" in str(caught.value) and "does not exist" in str(caught.value)
 
 
@@ -132,7 +133,7 @@ def test_s3_unreachable_endpoint_is_retryable(monkeypatch, video):
     store = S3Store("bucket", endpoint_url=closed)
     with pytest.raises(StoreUnavailable) as caught:
         store.put(KEY, video, sha256=sha256_hex(video), metadata=META)
-    assert caught.value.retryable is True
+    assert caught.value.decision is Decision.RETRY
     assert closed in str(caught.value)
 
 
