@@ -94,8 +94,7 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
     for config in configs:
         if on_setting:
             on_setting(config.lossy())
-        engine = Engine(config, registry)
-        engine.gate_checked.add(model)  # measuring is what the gate is for
+        engine = Engine(config, registry, measuring=[model])  # measuring is what the gate is for
         render_cases(engine, shape, cases[:batch], batch)
         first_s, videos = timed(engine)
         exact_times.append(timed(exact_engine)[0])
@@ -108,7 +107,7 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
             speedup=min(exact_times[-2:]) / seconds, psnr_db_min=float(min(psnrs)), psnr_db_mean=float(np.mean(psnrs)),
             ssim_min=float(min(ssims)), adherence=measured, exact_adherence=exact_adherence,
             measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            failures=gates.judge(measured, exact_adherence, float(np.mean(psnrs))),
+            failures=gates.judge(measured, exact_adherence, float(np.mean(psnrs)), ssims),
         )
         gates.record(settings.cache_dir, gate)
         result.gates.append(gate)

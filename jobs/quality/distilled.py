@@ -57,7 +57,7 @@ def judge_registration(settings: Settings, model: str, *, count: int, batch: int
         raise UsageError(f"--model: {model!r} names no teacher, so it has no distilled gate")
     if on_model:
         on_model(f"{model} and its teacher {info.teacher}")
-    engine = Engine(settings.engine_config().exact(), registry)
+    engine = Engine(settings.engine_config().exact(), registry, measuring=[model])
     cases = [(c.prompt, c.seed) for c in sample_set(count)]
     judged = judge_against_teacher(engine, model, cases, lambda frames: round_trip(frames, fps), batch)
     return DistilledJudgement(judged.gate, judged.student_s, judged.teacher_s)
@@ -69,7 +69,7 @@ def evaluate_distilled(settings: Settings, folder: Path, *, quick: bool = False)
     as `folder`/references.npz, what `reelbatch quality --model toy-fast` compares with. `quick`: 16 pairs and 2
     long videos."""
     registry = with_folder(settings.registry(), folder)
-    engine = Engine(settings.engine_config().exact(), registry)
+    engine = Engine(settings.engine_config().exact(), registry, measuring=["toy-fast"])
     sample = sample_set(16 if quick else 80)
     shape, fps = native_shape(registry, "toy-fast")
     results, judged = evaluate(engine, "toy-fast", [(c.prompt, c.seed) for c in sample],
