@@ -61,7 +61,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     interrupted = None
     try:
         settings = Settings.from_env()
-        s = _submit(settings, manifest, name, model, output, set_, notify, new_run, check_gate=True)
+        s = _submit(settings, manifest, name, model, output, set_, notify, new_run)
         factory = session_factory(settings.database_url)
         resume = embedded.resume_hint(sys.argv[1:], s.name)
         if s.pending_units:
@@ -85,8 +85,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     raise typer.Exit(0 if report["counts"]["succeeded"] == len(videos) else 1)
 
 
-def _submit(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
-            check_gate: bool = False) -> queries.Submitted:
+def _submit(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run) -> queries.Submitted:
     with err.status(literal(f"validating {manifest}")):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
                              notify=notify, sets=sets or (), allowed_outputs=settings.allowed_outputs,
@@ -95,10 +94,11 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, notif
     if spec.notify is not None and settings.webhook_secret is None:
         raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
                          "deliveries could not be signed; set it here and on every worker")
-    if check_gate and (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher):
+    if settings.engine_config().lossy() or settings.registry().get(spec.model).teacher:
         from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
 
-        # The embedded worker renders with this process's settings: refuse what it would refuse before writing.
+        # `run`'s embedded worker renders with this process's settings, and `submit`'s workers refuse to claim what
+        # has no passing gate (jobs.render.batch.gated_models): refuse it here, before writing, with one message.
         gated_engine(settings, settings.registry(), spec.model, named_by=str(manifest))
     factory = session_factory(settings.database_url)
     large = len(spec.videos) >= PROGRESS_FROM_VIDEOS
