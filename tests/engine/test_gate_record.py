@@ -131,3 +131,16 @@ def test_the_key_is_the_files_content_computed_once(tmp_path, model_cache):
     weights.write_bytes(bytes(data))
     changed = content_key.gate_key(registry.get("a"), tmp_path / "a", again)
     assert changed != key_a and again.computed == 1  # only the changed file read again
+
+
+def test_a_clip_folder_is_checked_when_the_models_file_is_read(tmp_path, model_cache):
+    tiny = ensure_tiny(model_cache)
+    (tmp_path / "clip").mkdir()
+    (tmp_path / "clip" / "config.json").write_text('{"model_type": "siglip"}')
+    models = tmp_path / "models.yaml"
+    models.write_text(f"mine:\n  path: {tiny}\n  clip: {tmp_path / 'clip'}\n")
+    with pytest.raises(Exception, match=f"{models}: model 'mine': clip: .*model_type is 'siglip', expected 'clip'"):
+        load_registry(models)
+    models.write_text(f"mine:\n  path: {tiny}\n  clip: {tmp_path / 'none'}\n")
+    with pytest.raises(Exception, match="clip: .*none holds no config.json"):
+        load_registry(models)

@@ -46,13 +46,15 @@ def build_clip(folder, seed: int = 2) -> None:
 
 @pytest.fixture
 def mine(tmp_path, model_cache):
-    """`mine`: the tiny Wan folder (copied: its own files) registered through a models file; `mine-fast`: the same
-    folder with a 2-step Euler sampler at guidance 1, teacher `mine`, with a CLIP folder."""
+    """`mine`: the tiny Wan folder (copied: its own files) registered through a models file, at 32x32, 5 frames and
+    4 steps; `mine-fast`: the same folder with a 2-step Euler sampler at guidance 1, teacher `mine`, with a CLIP
+    folder."""
     folder = tmp_path / "mine"
     shutil.copytree(ensure_tiny(model_cache), folder)
     build_clip(tmp_path / "clip")
     models = tmp_path / "models.yaml"
     models.write_text(f"mine:\n  path: {folder}\n  max_sequence_length: 64\n"
+                      "  defaults: {width: 32, height: 32, fps: 8, duration_s: 0.5, steps: 4, guidance: 5.0}\n"
                       f"mine-fast:\n  path: {folder}\n  max_sequence_length: 64\n  teacher: mine\n"
                       f"  clip: {tmp_path / 'clip'}\n  sampler: {{name: flow_euler, shift: 3.0}}\n"
                       "  defaults: {steps: 2, guidance: 1.0}\n")
@@ -63,13 +65,13 @@ def mine(tmp_path, model_cache):
 
 def write_prompts(path) -> None:
     # Two shapes; the last video names no seed (it gets the one a run named `prompts` derives for its id).
-    lines = [{"id": "a", "prompt": "a lighthouse in a storm", "seed": 11, "width": 32, "height": 32, "steps": 2,
+    lines = [{"id": "a", "prompt": "a lighthouse in a storm", "seed": 11, "resolution": "32x32", "steps": 2,
               "duration_s": 0.5},
-             {"id": "b", "prompt": "a cat on a sofa", "seed": 12, "width": 32, "height": 32, "steps": 2,
+             {"id": "b", "prompt": "a cat on a sofa", "seed": 12, "resolution": "32x32", "steps": 2,
               "duration_s": 0.5},
-             {"id": "c", "prompt": "fireworks over a harbour", "seed": 13, "width": 48, "height": 32, "steps": 2,
+             {"id": "c", "prompt": "fireworks over a harbour", "seed": 13, "resolution": "48x32", "steps": 2,
               "duration_s": 0.5},
-             {"id": "d", "prompt": "a horse in a field", "width": 48, "height": 32, "steps": 2, "duration_s": 0.5}]
+             {"id": "d", "prompt": "a horse in a field", "resolution": "48x32", "steps": 2, "duration_s": 0.5}]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
 
 
@@ -78,7 +80,7 @@ def test_a_model_outside_the_toy_world_uses_the_shipped_prompts_at_its_defaults(
     sample = gate_sample(load_registry(models), "mine", prompts=None, count=80)
     assert sample.label == SHIPPED and len(sample) == 36 and not sample.judged
     assert {(i.shape.width, i.shape.height, i.shape.frames, i.shape.steps, i.shape.guidance) for i in sample.items} \
-        == {(64, 64, 9, 4, 5.0)}  # tiny's published defaults: 64x64, 1 s at 8 fps, 4 steps, guidance 5
+        == {(32, 32, 5, 4, 5.0)}  # its registration's defaults: 0.5 s at 8 fps is 4 frames, on Wan's 4k+1 grid 5
     assert sample.items[0].case.seed == 31000 and sample.items[35].case.seed == 31035
 
 
@@ -99,7 +101,7 @@ def test_a_gate_from_the_users_manifest_is_recorded_and_under_32_videos_releases
     assert recorded["count"] == 4 and recorded["sample"] == str(prompts)
 
     manifest = tmp_path / "one.yaml"
-    manifest.write_text("name: one\nmodel: mine\nvideos:\n  - {id: a, prompt: a cat, width: 32, height: 32}\n")
+    manifest.write_text("name: one\nmodel: mine\nvideos:\n  - {id: a, prompt: a cat, resolution: 32x32}\n")
     for command in ("run", "submit"):
         refused = cli([command, str(manifest)], tmp_path, {**env, "REELBATCH_STEP_CACHE": "1e-6"})
         assert refused.returncode == 2, refused.stderr
@@ -136,7 +138,7 @@ def test_a_distilled_registration_is_judged_by_motion_frames_and_clip_against_it
     assert clip_failed == (g["clip_score"] < g["teacher_clip_score"] - gates.CLIP_MARGIN)
     assert not g["releases"]  # 4 videos
     manifest = tmp_path / "fast.yaml"
-    manifest.write_text("name: fast\nmodel: mine-fast\nvideos:\n  - {id: a, prompt: a cat, width: 32, height: 32}\n")
+    manifest.write_text("name: fast\nmodel: mine-fast\nvideos:\n  - {id: a, prompt: a cat, resolution: 32x32}\n")
     refused = cli(["submit", str(manifest)], tmp_path, env)
     assert refused.returncode == 2 and f"{manifest}: model 'mine-fast'" in refused.stderr, refused.stderr
 
