@@ -42,8 +42,11 @@ GATES_FILE = "quality-gates.json"
 ADHERENCE_POINTS = 0.02
 MIN_PSNR_DB = 25.0
 # Every video's SSIM against its exact render must reach this (engine.metrics.ssim: 8-bit constants, uniform 7x7
-# window). Measured on the toy model, 32 videos (docs/SPEED.md, "Choosing the thresholds"): SSIM_FLOOR_EVIDENCE.
-SSIM_FLOOR = 0.80
+# window). Chosen where the toy judge starts to see damage (docs/SPEED.md, "Choosing the thresholds"): toy's 80
+# stored renders shifted, blurred and noised (960 videos), the judge's reading after MP4 changed for 4-7% of the
+# videos in every SSIM band from 0.5 up (its own flip rate on borderline videos: 4% even at 0.95 and over) and for
+# 14% under 0.5. 0.5 is a 3-4 pixel drift of a 32x32 frame, or noise of +-16-32 levels.
+SSIM_FLOOR = 0.5
 # The fewest videos a record may rest on to release a lever. Every video must pass the SSIM floor, so a record of n
 # passing videos says, by the rule of three, that at most 3/n of a fleet's videos fall under it (95% confidence):
 # 9.4% at 32, 37.5% at 8. And on the toy world 32 videos hold every colour, shape, direction and background at
@@ -59,8 +62,11 @@ DISTILLED = "distilled"
 # a shimmer on the object's edges. 1.25 lets a student move as much as seeds do, several times over, and stops that.
 FLICKER_RATIO = 1.25
 # Motion (engine.gate_measures.motion: first frame against last) must be at least this fraction of the teacher's.
-# Measured on the toy model (docs/FEW_STEP.md, "Choosing the motion and CLIP thresholds").
-MOTION_RATIO = 0.75
+# Measured on toy's and toy-fast's stored renders of the 80-video quality set (docs/FEW_STEP.md): toy-fast 0.97x;
+# toy's videos slowed to half speed 0.82x and three-quarter 1.05x (the judge still reads direction in 97.5%: fine);
+# frozen after the second frame 0.29x, frozen from the first 0x. 0.5 lies between what the judge reads as moving
+# right and what freezes, with room for a student's seeds on either side.
+MOTION_RATIO = 0.5
 # A student's mean CLIP score (engine.clip_score: 100 x cosine of frame and prompt, floored at 0) may be at most this
 # many points under its teacher's on the same prompts and seeds. Not measured here (no CLIP weights on the machine
 # that built this): public CLIP ViT-B/32 scores of matching text and video frames sit near 30 and move 0.5-1 point

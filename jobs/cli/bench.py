@@ -94,7 +94,7 @@ def bench(
     worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
 
     With --quality: render a fixed sample set in exact mode and with each lossy setting, judge both, and record
-    which settings pass their gate (mean PSNR >= 25 dB, every video's SSIM >= 0.8, on the toy world adherence
+    which settings pass their gate (mean PSNR >= 25 dB, every video's SSIM >= 0.5, on the toy world adherence
     within 2 points); workers use only those, and only from 32 videos up. With --quality --model of a distilled
     registration: render it and its teacher on the same sample, judge both and record its distilled gate (flicker,
     motion, blank frames, frozen videos; adherence on the toy world, a CLIP score where registered)."""
