@@ -99,7 +99,8 @@ class Gate:
     exact_adherence: dict[str, float]
     measured_at: str
     failures: list[str] = field(default_factory=list)
-    # A distilled registration's gate: its teacher, and the reference-free measures, its own and the teacher's.
+    # The reference-free measures, its own and (teacher_*) the teacher's for a distilled registration's gate, exact
+    # mode's for a lever's; and a distilled registration's teacher.
     teacher: str | None = None
     flicker: float | None = None
     teacher_flicker: float | None = None
@@ -128,9 +129,11 @@ class Gate:
 
 
 def judge(adherence: dict[str, float], exact: dict[str, float], psnr_db_mean: float,
-          ssims: Sequence[float] = ()) -> list[str]:
+          ssims: Sequence[float] = (), measured: Measured | None = None,
+          exact_measured: Measured | None = None) -> list[str]:
     """Why a same-trajectory lever fails its gate (nothing when it passes): adherence (where judged) more than
-    ADHERENCE_POINTS under exact mode's, mean PSNR under MIN_PSNR_DB, any video's SSIM under SSIM_FLOOR."""
+    ADHERENCE_POINTS under exact mode's, mean PSNR under MIN_PSNR_DB, any video's SSIM under SSIM_FLOOR, and (when
+    given) the reference-free measures worse than exact mode's by the distilled gate's rules."""
     failures = [f"{name} adherence {adherence[name]:.1%} is more than {ADHERENCE_POINTS:.0%} below exact mode's "
                 f"{exact[name]:.1%}" for name in exact if adherence[name] < exact[name] - ADHERENCE_POINTS - 1e-9]
     if psnr_db_mean < MIN_PSNR_DB:
@@ -140,6 +143,22 @@ def judge(adherence: dict[str, float], exact: dict[str, float], psnr_db_mean: fl
     if under:
         failures.append(f"{len(under)} of {len(ssims)} videos have SSIM under {SSIM_FLOOR:g} against their exact "
                         f"renders (worst {min(under):.3f})")
+    if measured is not None and exact_measured is not None:
+        failures += _measure_failures(measured, exact_measured, "exact mode's")
+    return failures
+
+
+def _measure_failures(mine: Measured, ref: Measured, whose: str) -> list[str]:
+    """The reference-free measures of one side against the other's (the teacher's, or exact mode's)."""
+    failures = []
+    if mine.blank > ref.blank:
+        failures.append(f"{mine.blank} blank frames ({whose}: {ref.blank})")
+    if mine.frozen > ref.frozen:
+        failures.append(f"{mine.frozen} frozen videos ({whose}: {ref.frozen})")
+    if mine.flicker > FLICKER_RATIO * ref.flicker:
+        failures.append(f"flicker {mine.flicker:.2f} is over {FLICKER_RATIO:g}x {whose} {ref.flicker:.2f}")
+    if mine.motion < MOTION_RATIO * ref.motion - 1e-9:
+        failures.append(f"motion {mine.motion:.2f} is under {MOTION_RATIO:g}x {whose} {ref.motion:.2f}")
     return failures
 
 

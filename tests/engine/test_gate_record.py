@@ -144,3 +144,13 @@ def test_a_clip_folder_is_checked_when_the_models_file_is_read(tmp_path, model_c
     models.write_text(f"mine:\n  path: {tiny}\n  clip: {tmp_path / 'none'}\n")
     with pytest.raises(Exception, match="clip: .*none holds no config.json"):
         load_registry(models)
+
+
+def test_a_lever_is_held_to_exact_modes_reference_free_measures():
+    exact = gates.Measured(flicker=4.0, motion=20.0, blank=0, frozen=1)
+    fine = gates.Measured(flicker=5.0, motion=10.0, blank=0, frozen=1)  # 1.25x and 0.5x: the limits
+    assert gates.judge({}, {}, 30.0, [0.9], fine, exact) == []
+    worse = gates.Measured(flicker=5.2, motion=9.0, blank=3, frozen=2)
+    assert gates.judge({}, {}, 30.0, [0.9], worse, exact) == [
+        "3 blank frames (exact mode's: 0)", "2 frozen videos (exact mode's: 1)",
+        "flicker 5.20 is over 1.25x exact mode's 4.00", "motion 9.00 is under 0.5x exact mode's 20.00"]
