@@ -6,7 +6,8 @@
 - Any other model renders the shipped set, PROMPTS (36 prompts of people, animals, landscapes, cities, objects,
   close-ups and styles, fixed seeds) at the registration's defaults.
 
-The toy judge (engine.toy.judge) reads prompt adherence only where the prompts are the toy world's; elsewhere a
+The toy judge (engine.toy.judge) reads prompt adherence only where the model and every prompt are the toy world's
+(a toy-world model given a manifest of other prompts is judged on fidelity alone); elsewhere a
 gate asks fidelity (same-trajectory levers) or reference-free measures and a CLIP score (distilled ones).
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.models import TOY_WEIGHTS, ModelInfo, Registry
+from engine.toy.world import parse_prompt
 from engine.types import Shape
 from jobs.errors import UsageError
 from jobs.manifest import load_manifest
@@ -63,7 +65,10 @@ def toy_world(registry: Registry, model: str) -> bool:
 def gate_sample(registry: Registry, model: str, *, prompts: Path | None, count: int) -> GateSample:
     shape, fps = native_shape(registry, model)  # a usage error for an unregistered name
     if prompts is not None:
-        return manifest_sample(registry, model, prompts, judged=toy_world(registry, model))
+        sample = manifest_sample(registry, model, prompts, judged=False)
+        # The toy judge reads a toy-world model's renders of prompts in its grammar; any other prompt, it cannot.
+        judged = toy_world(registry, model) and all(parse_prompt(i.case.prompt) for i in sample.items)
+        return replace(sample, judged=judged)
     if toy_world(registry, model):
         return GateSample(TOY_SET, tuple(Item(shape, c, fps) for c in sample_set(count)), judged=True)
     sample = manifest_sample(registry, model, PROMPTS, judged=False)

@@ -153,3 +153,19 @@ def test_clip_score_floors_each_frame_at_zero_and_averages(tmp_path):
     scorer = ClipScorer(tmp_path / "clip")
     assert scorer.video("a red circle", video[[0, 4]]) == pytest.approx((0 + 1.618) / 2, abs=0.01)
     assert scorer.video("a red circle", video[[0, 0]]) == 0.0
+
+
+def test_the_toy_judge_reads_a_manifest_only_of_toy_prompts_on_a_toy_world_model(tmp_path):
+    from engine.models import Registry
+
+    toy = tmp_path / "toy.jsonl"
+    toy.write_text('{"id": "a", "prompt": "a red circle moving left on a black background", "seed": 5}\n')
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"id": "a", "prompt": "a red circle moving left on a black background", "seed": 5}\n'
+                     '{"id": "b", "prompt": "a cat on a sofa", "seed": 6}\n')
+    registry = Registry()
+    judged = gate_sample(registry, "toy-fast", prompts=toy, count=80)
+    assert judged.judged and judged.label == str(toy) and judged.items[0].case.seed == 5
+    assert judged.items[0].shape.steps == 4  # toy-fast's own defaults
+    assert not gate_sample(registry, "toy", prompts=other, count=80).judged
+    assert gate_sample(registry, "toy", prompts=None, count=40).label == "toy quality set"
