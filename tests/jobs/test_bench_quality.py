@@ -11,7 +11,7 @@ import pytest
 from engine import gates
 
 
-def cli(args, cwd, env, timeout=600):
+def cli(args, cwd, env, timeout=1800):  # a busy shared machine renders 32 toy videos five times slowly
     return subprocess.run([sys.executable, "-m", "jobs", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
