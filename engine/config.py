@@ -14,6 +14,13 @@ if TYPE_CHECKING:
 LOSSY_RANGES = {"step_cache": (0.0, 1.0, False), "guidance_fraction": (0.0, 1.0, True), "step_scale": (0.0, 1.0, True)}
 
 
+def gated_attention(name: str) -> bool:
+    """Whether an attention backend is a lever behind a gate: SageAttention's kernels ("sage", "sage_varlen",
+    "_sage_qk_int8_pv_fp8_cuda", ...) quantize Q and K to 8 bits, so they compute other numbers, not the same math
+    rounded otherwise as "flash" does."""
+    return "sage" in name
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     # Where built-in models (and, later, compile caches) live.
@@ -69,8 +76,10 @@ class EngineConfig:
         return replace(self.lossless(), batched_guidance=False, fast_vae_norm=False, compile=False, attention="native")
 
     def lossless(self) -> EngineConfig:
-        """This config with the lossy accelerators off: the exact mode a gate measures them against."""
-        return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0)
+        """This config with the lossy accelerators off (a gated attention kernel back to "native"): the exact mode a
+        gate measures them against."""
+        attention = "native" if gated_attention(self.attention) else self.attention
+        return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0, attention=attention)
 
     def lossy(self) -> str:
         """The lossy accelerators this config turns on, as a stable key ("" when none): what a gate is recorded
@@ -82,17 +91,26 @@ class EngineConfig:
             parts.append(f"guidance_fraction={self.guidance_fraction:g}")
         if self.step_scale != 1.0:
             parts.append(f"step_scale={self.step_scale:g}")
+        if gated_attention(self.attention):
+            parts.append(f"attention={self.attention}")
         return ",".join(parts)
 
     def with_lossy(self, setting: str) -> EngineConfig:
         """This config with the lossy accelerators named in `setting` ("step_cache=0.2,step_scale=0.75"); others off.
         ValueError names the part that is wrong."""
-        values: dict[str, float] = {}
+        values: dict[str, float | str] = {}
         for part in filter(None, (p.strip() for p in setting.split(","))):
             name, sep, raw = part.partition("=")
             name = name.strip()
+            if sep and name == "attention":
+                if not gated_attention(raw.strip()):
+                    raise ValueError(f"{part!r}: attention={raw.strip()} is not a gated kernel (one with 'sage' in "
+                                     "its name); others need no gate")
+                values[name] = raw.strip()
+                continue
             if not sep or name not in LOSSY_RANGES:
-                raise ValueError(f"{part!r}: expected NAME=VALUE with NAME one of {', '.join(LOSSY_RANGES)}")
+                raise ValueError(f"{part!r}: expected NAME=VALUE with NAME one of {', '.join(LOSSY_RANGES)} or "
+                                 "attention")
             try:
                 value = float(raw)
             except ValueError:

@@ -7,7 +7,7 @@ engine.checks (what a render refuses) and engine.clock (seconds per stage).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 
 import torch
@@ -31,11 +31,13 @@ log = logging.getLogger(__name__)
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, registry: Registry):
+    def __init__(self, config: EngineConfig, registry: Registry, *, measuring: Collection[str] = ()):
+        """`measuring`: models rendered to measure their quality gates, whose gates are therefore not asked
+        (engine.pipelines.PipelineCache.measuring); only the quality bench and `toy distill` pass it."""
         self.config = config
         self.registry = registry
         # The loaded pipelines, their light decoders and expert swaps, and the gates checked before loading.
-        self.pipelines = PipelineCache(config, registry)
+        self.pipelines = PipelineCache(config, registry, measuring)
         # The shape of the last batch rendered: a worker prefers more of it (jobs.claims.claims.Serving).
         self.last_shape: Shape | None = None
         self._identities: dict[str, str] = {}
@@ -48,10 +50,6 @@ class Engine:
     @property
     def swaps(self) -> dict[str, ExpertSwap]:
         return self.pipelines.swaps
-
-    @property
-    def gate_checked(self) -> set[str]:
-        return self.pipelines.gate_checked
 
     def check_gate(self, name: str) -> None:
         self.pipelines.check_gate(name)

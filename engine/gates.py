@@ -1,22 +1,24 @@
-"""Quality gates for the lossy accelerators (EngineConfig.step_cache, guidance_fraction, step_scale).
+"""Quality gates for the levers past exact mode: the lossy accelerators (EngineConfig.step_cache, guidance_fraction,
+step_scale), 8-bit attention kernels (EngineConfig.attention "sage"...), and distilled registrations.
 
-A lossy setting trades output for speed, so no worker uses one on faith: `reelbatch bench --quality` renders the
-model's fixed sample set in exact mode and with the setting, and records here whether the setting kept prompt
-adherence within ADHERENCE_POINTS of exact mode and its frames at MIN_PSNR_DB or more (the mean over the set, as
-step-caching papers report it; the minimum is recorded beside it) against the exact renders.
-The engine loads a model with a lossy setting only when a passing record exists for that model's identity (all its
-files' names, sizes and modification times) and that exact setting; a changed model needs measuring again.
+A lever trades output for speed, so no worker uses one on faith: `reelbatch bench --quality` renders a sample (the
+toy world's judged set, the user's own manifest, or the shipped prompt set; jobs.quality.prompts) in exact mode and
+with the lever, and records here whether the lever stayed faithful to exact mode on the same prompts and seeds: the
+set's mean PSNR at MIN_PSNR_DB or more, every video's SSIM at SSIM_FLOOR or more, and, where a judge reads the
+prompts (the toy world), adherence within ADHERENCE_POINTS of exact mode's. The engine loads a model with a lever
+only when a passing record of at least MIN_SAMPLE videos exists for that model's content key
+(engine.content_key.gate_key: the SHA-256 of every file it covers) and that exact setting (EngineConfig.lossy()).
 
-A distilled registration (one naming a `teacher`: a few-step, guidance-free student) is another model, not a lossy
-setting, so its gate (setting DISTILLED) asks other things: prompt adherence per attribute no more than
-ADHERENCE_POINTS below the teacher's on the same sample set, no more blank frames than the teacher's, and flicker
-within FLICKER_RATIO of the teacher's (judge_distilled). Its PSNR against the teacher is recorded, not required:
-another model draws other pixels from the same noise. The engine loads a distilled registration only when a
-passing DISTILLED record exists for its identity (engine.adapt.identity: the folder, its adapters, sampler and
-decoder).
+A distilled registration (one naming a `teacher`: a few-step, guidance-free student) is another model, not a
+same-trajectory lever, so its gate (setting DISTILLED) asks other things of it against the teacher on the same
+prompts and seeds (judge_distilled): flicker within FLICKER_RATIO of the teacher's, motion at least MOTION_RATIO of
+it (a student that freezes fails), no more blank frames or frozen videos, and adherence: per attribute no more than
+ADHERENCE_POINTS below the teacher's where the toy judge reads the prompts, else a CLIP score no more than
+CLIP_MARGIN below the teacher's when the registration names a CLIP folder. Its PSNR against the teacher is recorded,
+not required: another model draws other pixels from the same noise.
 
 Records live in one JSON file under the cache folder, written atomically, so every worker sharing the cache folder
-sees the same gates.
+sees the same gates. A record is made only by measuring; nothing else marks a model as checked.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,24 +34,45 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import RenderError
+from engine.gate_measures import BLANK_STD, blank_frames, flicker, frozen_videos, motion  # noqa: F401 (re-exported)
 
 GATES_FILE = "quality-gates.json"
 # Adherence may drop by at most this much (2 points) on any judged attribute, and the set's mean PSNR against the
 # exact renders must reach this.
 ADHERENCE_POINTS = 0.02
 MIN_PSNR_DB = 25.0
+# Every video's SSIM against its exact render must reach this (engine.metrics.ssim: 8-bit constants, uniform 7x7
+# window). Chosen where the toy judge starts to see damage (docs/SPEED.md, "Choosing the thresholds"): toy's 80
+# stored renders shifted, blurred and noised (960 videos), the judge's reading after MP4 changed for 4-7% of the
+# videos in every SSIM band from 0.5 up (its own flip rate on borderline videos: 4% even at 0.95 and over) and for
+# 14% under 0.5. 0.5 is a 3-4 pixel drift of a 32x32 frame, or noise of +-16-32 levels.
+SSIM_FLOOR = 0.5
+# The fewest videos a record may rest on to release a lever. Every video must pass the SSIM floor, so a record of n
+# passing videos says, by the rule of three, that at most 3/n of a fleet's videos fall under it (95% confidence):
+# 9.4% at 32, 37.5% at 8. And on the toy world 32 videos hold every colour, shape, direction and background at
+# least four times (jobs.quality.sample), so each attribute's adherence rests on more than one verdict per value.
+MIN_SAMPLE = 32
 # The setting a distilled registration's gate is recorded under.
 DISTILLED = "distilled"
 # Flicker: the mean absolute change between consecutive frames, in uint8 levels over every pixel and channel, averaged
-# over the set (engine.gates.flicker). A student may flicker at most this many times its teacher's on the same
+# over the set (engine.gate_measures.flicker). A student may flicker at most this many times its teacher's on the same
 # prompts and seeds. Measured on the toy model (80 videos each, docs/TOY_TRAINING.md, toy-fast): the teacher's own
 # flicker is 13.2 on the quality set and 12.9 on 80 other seeds (3% apart); the 4-step student decoded by the VAE,
 # 13.1 (0.99x); the same student through a light decoder trained without any temporal term, 17.5 and 16.8 (1.31x),
 # a shimmer on the object's edges. 1.25 lets a student move as much as seeds do, several times over, and stops that.
 FLICKER_RATIO = 1.25
-# A frame is blank when its pixels' standard deviation (uint8 levels, every channel) is below this: a flat field.
-# The toy world's frames, an object on a plain background, have 40 or more; Wan frames far more.
-BLANK_STD = 2.0
+# Motion (engine.gate_measures.motion: first frame against last) must be at least this fraction of the teacher's.
+# Measured on toy's and toy-fast's stored renders of the 80-video quality set (docs/FEW_STEP.md): toy-fast 0.97x;
+# toy's videos slowed to half speed 0.82x and three-quarter 1.05x (the judge still reads direction in 97.5%: fine);
+# frozen after the second frame 0.29x, frozen from the first 0x. 0.5 lies between what the judge reads as moving
+# right and what freezes, with room for a student's seeds on either side.
+MOTION_RATIO = 0.5
+# A student's mean CLIP score (engine.clip_score: 100 x cosine of frame and prompt, floored at 0) may be at most this
+# many points under its teacher's on the same prompts and seeds. Not measured here (no CLIP weights on the machine
+# that built this): public CLIP ViT-B/32 scores of matching text and video frames sit near 30 and move 0.5-1 point
+# between good text-to-video models (the CLIPSIM of 0.29-0.31 on MSR-VTT that text-to-video papers report), so 1
+# point is a tolerance stated from those, not measured here.
+CLIP_MARGIN = 1.0
 
 
 class UngatedSetting(RenderError):
@@ -71,80 +95,135 @@ class Gate:
     psnr_db_min: float
     psnr_db_mean: float
     ssim_min: float
-    adherence: dict[str, float]
+    adherence: dict[str, float]  # empty where no judge reads the prompts
     exact_adherence: dict[str, float]
     measured_at: str
     failures: list[str] = field(default_factory=list)
-    # A distilled registration's gate: its teacher, and flicker and blank frames, its own and the teacher's.
+    # The reference-free measures, its own and (teacher_*) the teacher's for a distilled registration's gate, exact
+    # mode's for a lever's; and a distilled registration's teacher.
     teacher: str | None = None
     flicker: float | None = None
     teacher_flicker: float | None = None
     blank_frames: int | None = None
     teacher_blank_frames: int | None = None
+    motion: float | None = None
+    teacher_motion: float | None = None
+    frozen_videos: int | None = None
+    teacher_frozen_videos: int | None = None
+    clip_score: float | None = None
+    teacher_clip_score: float | None = None
+    # Where the sample came from: "toy quality set", "shipped prompts", or the manifest file's path.
+    sample: str = ""
 
     @property
     def passed(self) -> bool:
         return not self.failures
 
+    @property
+    def releases(self) -> bool:
+        """Whether this record lets a worker use its lever: it passed, on at least MIN_SAMPLE videos."""
+        return self.passed and self.count >= MIN_SAMPLE
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "passed": self.passed}
+        return {**asdict(self), "passed": self.passed, "releases": self.releases}
 
 
-def judge(adherence: dict[str, float], exact: dict[str, float], psnr_db_mean: float) -> list[str]:
-    """Why a setting fails its gate (nothing when it passes)."""
+def judge(adherence: dict[str, float], exact: dict[str, float], psnr_db_mean: float,
+          ssims: Sequence[float] = (), measured: Measured | None = None,
+          exact_measured: Measured | None = None) -> list[str]:
+    """Why a same-trajectory lever fails its gate (nothing when it passes): adherence (where judged) more than
+    ADHERENCE_POINTS under exact mode's, mean PSNR under MIN_PSNR_DB, any video's SSIM under SSIM_FLOOR, and (when
+    given) the reference-free measures worse than exact mode's by the distilled gate's rules."""
     failures = [f"{name} adherence {adherence[name]:.1%} is more than {ADHERENCE_POINTS:.0%} below exact mode's "
                 f"{exact[name]:.1%}" for name in exact if adherence[name] < exact[name] - ADHERENCE_POINTS - 1e-9]
     if psnr_db_mean < MIN_PSNR_DB:
         failures.append(f"mean PSNR against the exact renders is {psnr_db_mean:.1f} dB (at least {MIN_PSNR_DB:g} "
                         f"dB required)")
+    under = [s for s in ssims if s < SSIM_FLOOR]
+    if under:
+        failures.append(f"{len(under)} of {len(ssims)} videos have SSIM under {SSIM_FLOOR:g} against their exact "
+                        f"renders (worst {min(under):.3f})")
+    if measured is not None and exact_measured is not None:
+        failures += _measure_failures(measured, exact_measured, "exact mode's")
     return failures
 
 
-def flicker(videos: list[np.ndarray]) -> float:
-    """The mean absolute change between consecutive frames (uint8 levels, every pixel and channel), averaged over
-    the videos: what a viewer sees as shimmer on top of the motion, which the teacher's renders of the same prompts
-    and seeds share."""
-    return float(np.mean([np.abs(np.diff(v.astype(np.float32), axis=0)).mean() for v in videos]))
+def _measure_failures(mine: Measured, ref: Measured, whose: str) -> list[str]:
+    """The reference-free measures of one side against the other's (the teacher's, or exact mode's)."""
+    failures = []
+    if mine.blank > ref.blank:
+        failures.append(f"{mine.blank} blank frames ({whose}: {ref.blank})")
+    if mine.frozen > ref.frozen:
+        failures.append(f"{mine.frozen} frozen videos ({whose}: {ref.frozen})")
+    if mine.flicker > FLICKER_RATIO * ref.flicker:
+        failures.append(f"flicker {mine.flicker:.2f} is over {FLICKER_RATIO:g}x {whose} {ref.flicker:.2f}")
+    if mine.motion < MOTION_RATIO * ref.motion - 1e-9:
+        failures.append(f"motion {mine.motion:.2f} is under {MOTION_RATIO:g}x {whose} {ref.motion:.2f}")
+    return failures
 
 
-def blank_frames(videos: list[np.ndarray]) -> int:
-    """How many frames of the videos are flat fields (pixel standard deviation below BLANK_STD)."""
-    return int(sum((v.reshape(len(v), -1).std(axis=1) < BLANK_STD).sum() for v in videos))
+@dataclass(frozen=True)
+class Measured:
+    """The reference-free measures of one side of a distilled gate (engine.gate_measures), and its CLIP score."""
+
+    flicker: float
+    motion: float
+    blank: int
+    frozen: int
+    clip: float | None = None
+
+    @classmethod
+    def of(cls, videos: list[np.ndarray], clip: float | None = None) -> Measured:
+        return cls(flicker(videos), motion(videos), blank_frames(videos), frozen_videos(videos), clip)
 
 
 def judge_distilled(adherence: dict[str, float], teacher: dict[str, float], *, flicker_: float,
-                    teacher_flicker: float, blank: int, teacher_blank: int) -> list[str]:
+                    teacher_flicker: float, blank: int, teacher_blank: int, motion_: float | None = None,
+                    teacher_motion: float | None = None, frozen: int = 0, teacher_frozen: int = 0,
+                    clip: float | None = None, teacher_clip: float | None = None) -> list[str]:
     """Why a distilled registration fails its gate against its teacher (nothing when it passes). Each judged
-    attribute counts; `all_four` (all of them at once) is reported, not gated: the issue's rule is per attribute."""
+    attribute counts; `all_four` (all of them at once) is reported, not gated: the issue's rule is per attribute.
+    Motion and the CLIP score are judged where measured (not None)."""
     failures = [f"{name} adherence {adherence[name]:.1%} is more than {ADHERENCE_POINTS:.0%} below the teacher's "
                 f"{teacher[name]:.1%}" for name in teacher
                 if name != "all_four" and adherence[name] < teacher[name] - ADHERENCE_POINTS - 1e-9]
     if blank > teacher_blank:
         failures.append(f"{blank} blank frames (the teacher: {teacher_blank})")
+    if frozen > teacher_frozen:
+        failures.append(f"{frozen} frozen videos (the teacher: {teacher_frozen})")
     if flicker_ > FLICKER_RATIO * teacher_flicker:
         failures.append(f"flicker {flicker_:.2f} is over {FLICKER_RATIO:g}x the teacher's {teacher_flicker:.2f}")
+    if motion_ is not None and teacher_motion is not None and motion_ < MOTION_RATIO * teacher_motion - 1e-9:
+        failures.append(f"motion {motion_:.2f} is under {MOTION_RATIO:g}x the teacher's {teacher_motion:.2f}")
+    if clip is not None and teacher_clip is not None and clip < teacher_clip - CLIP_MARGIN - 1e-9:
+        failures.append(f"CLIP score {clip:.2f} is more than {CLIP_MARGIN:g} below the teacher's {teacher_clip:.2f}")
     return failures
 
 
 def distilled_gate(model: str, identity: str, teacher: str, *, adherence: dict[str, float],
                    teacher_adherence: dict[str, float], videos: list[np.ndarray], teacher_videos: list[np.ndarray],
-                   batch: int, speedup: float) -> Gate:
-    """A distilled registration's gate from its renders and its teacher's of the same sample set (raw frames, the
-    adherence judged as the caller judges it, e.g. after MP4): PSNR and SSIM against the teacher reported, flicker
-    and blank frames compared."""
+                   batch: int, speedup: float, clip: float | None = None, teacher_clip: float | None = None,
+                   sample: str = "") -> Gate:
+    """A distilled registration's gate from its renders and its teacher's of the same sample (raw frames, the
+    adherence judged as the caller judges it, e.g. after MP4, or {} where nothing judges it; the CLIP scores where a
+    CLIP folder is registered): PSNR and SSIM against the teacher reported, the reference-free measures compared."""
     from engine.metrics import psnr, ssim
 
     psnrs = [psnr(a, b) for a, b in zip(videos, teacher_videos)]
     ssims = [ssim(a, b) for a, b in zip(videos, teacher_videos)]
-    measured = {"flicker_": flicker(videos), "teacher_flicker": flicker(teacher_videos),
-                "blank": blank_frames(videos), "teacher_blank": blank_frames(teacher_videos)}
+    mine, theirs = Measured.of(videos, clip), Measured.of(teacher_videos, teacher_clip)
+    failures = judge_distilled(adherence, teacher_adherence, flicker_=mine.flicker, teacher_flicker=theirs.flicker,
+                               blank=mine.blank, teacher_blank=theirs.blank, motion_=mine.motion,
+                               teacher_motion=theirs.motion, frozen=mine.frozen, teacher_frozen=theirs.frozen,
+                               clip=clip, teacher_clip=teacher_clip)
     return Gate(model=model, identity=identity, setting=DISTILLED, count=len(videos), batch=batch, speedup=speedup,
                 psnr_db_min=float(min(psnrs)), psnr_db_mean=float(np.mean(psnrs)), ssim_min=float(min(ssims)),
                 adherence=adherence, exact_adherence=teacher_adherence,
-                measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                failures=judge_distilled(adherence, teacher_adherence, **measured), teacher=teacher,
-                flicker=measured["flicker_"], teacher_flicker=measured["teacher_flicker"],
-                blank_frames=measured["blank"], teacher_blank_frames=measured["teacher_blank"])
+                measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), failures=failures,
+                teacher=teacher, flicker=mine.flicker, teacher_flicker=theirs.flicker, blank_frames=mine.blank,
+                teacher_blank_frames=theirs.blank, motion=mine.motion, teacher_motion=theirs.motion,
+                frozen_videos=mine.frozen, teacher_frozen_videos=theirs.frozen, clip_score=clip,
+                teacher_clip_score=teacher_clip, sample=sample)
 
 
 def _path(cache_dir: Path) -> Path:
@@ -182,6 +261,7 @@ def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
         if not found["passed"]:
             raise UngatedSetting(f"model {model!r} failed its distilled quality gate against its teacher "
                                  f"({'; '.join(found['failures'])}); after changing its files, {how}", setting)
+        _require_sample(found, f"model {model!r}'s distilled quality gate", how)
         return found
     how = f"measure it with `reelbatch bench --quality --model {model} --setting {setting}`"
     if found is None:
@@ -190,4 +270,12 @@ def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
     if not found["passed"]:
         raise UngatedSetting(f"lossy setting {setting} failed its quality gate for model {model!r} "
                              f"({'; '.join(found['failures'])}): turn it off or choose another setting", setting)
+    _require_sample(found, f"lossy setting {setting}'s quality gate for model {model!r}", how)
     return found
+
+
+def _require_sample(found: dict, what: str, how: str) -> None:
+    if found["count"] < MIN_SAMPLE:
+        raise UngatedSetting(f"{what} passed on {found['count']} videos, under the {MIN_SAMPLE} a gate needs to "
+                             f"release a lever: {how} on {MIN_SAMPLE} or more (--count, or --prompts with that many "
+                             f"videos)", found["setting"])

@@ -63,6 +63,8 @@ class ModelInfo:
     sampler: Sampler | None = None
     decoder: Path | None = None
     teacher: str | None = None
+    # A CLIP folder (engine.clip_score): a distilled registration's gate compares its CLIP score with its teacher's.
+    clip: Path | None = None
     # The largest batch a worker renders of this model, where smaller than the worker's own (`--max-batch`): a large
     # model's batch that fits a GPU's memory. None: the worker's.
     max_batch: int | None = None

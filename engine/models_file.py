@@ -15,7 +15,7 @@ import yaml
 from engine.errors import ModelNotFound
 from engine.families import PUBLISHED, FolderFacts, Published, check_image_condition, read_folder
 from engine.models import MODEL_NAME, WAN_DEFAULTS, ModelDefaults, ModelInfo, Registry
-from engine.registration import Problem, parse_adapters, parse_decoder, parse_sampler, wrap
+from engine.registration import Problem, parse_adapters, parse_clip, parse_decoder, parse_sampler, wrap
 
 _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__dataclass_fields__}
 
@@ -35,6 +35,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
           sampler: {name: flow_euler, shift: 5.0}   # flow_euler (shift_terminal too), flow_unipc or flow_dpm
           decoder: /models/wan-light-decoder         # engine.light_decoder folder; the VAE's encoder stays
           teacher: wan-1.3b       # refused until its distilled gate passed (engine.gates)
+          clip: /models/clip-vit-base-patch32        # optional: its gate compares CLIP scores with the teacher's
           defaults: {steps: 4, guidance: 1.0}        # guidance <= 1: one transformer pass a step
         wan22-a14b:
           path: /models/Wan2.2-T2V-A14B-Diffusers   # two experts: guidance is the high-noise one's
@@ -123,7 +124,8 @@ def _additions(models_file: Path, name: str, entry: dict, path: Path, two_expert
             raise Problem(f"teacher must be a model name, got {teacher!r}")
         return {"adapters": parse_adapters(entry.get("adapters"), path, two_experts),
                 "sampler": parse_sampler(entry.get("sampler")),
-                "decoder": parse_decoder(entry.get("decoder"), path), "teacher": teacher}
+                "decoder": parse_decoder(entry.get("decoder"), path), "teacher": teacher,
+                "clip": parse_clip(entry.get("clip"))}
     except Problem as problem:
         raise wrap(models_file, name, problem) from None
 

@@ -12,25 +12,26 @@ import gc
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Collection
 from pathlib import Path
 
 import torch
 
-from engine import adapt, gates
+from engine import adapt, content_key, gates
 from engine.config import EngineConfig
 from engine.errors import ModelNotFound, RenderError
 from engine.experts import ExpertSwap, experts
 from engine.fast_ops import use_fast_vae_norm
 from engine.loading import load_pipeline
 from engine.models import ModelInfo, Registry
-from engine.text_cache import ALL_PARTS, model_identity
+from engine.text_cache import model_identity
 from engine.tiny import ensure_builtin
 
 log = logging.getLogger(__name__)
 
 
 class PipelineCache:
-    def __init__(self, config: EngineConfig, registry: Registry):
+    def __init__(self, config: EngineConfig, registry: Registry, measuring: Collection[str] = ()):
         self.config = config
         self.registry = registry
         # Loaded pipelines, least recently used first; at most config.max_models.
@@ -39,20 +40,24 @@ class PipelineCache:
         self._decoders: dict[str, torch.nn.Module | None] = {}
         # Two-expert models registered with offload_idle_expert: the swap that keeps one expert on the device.
         self.swaps: dict[str, ExpertSwap] = {}
-        # Models this engine may render with its lossy accelerators: their recorded gate passed (or, in
-        # `reelbatch bench --quality`, they are being measured).
-        self.gate_checked: set[str] = set()
+        # Models rendered to measure them (`reelbatch bench`, `toy distill`'s evaluation): their gates are not asked,
+        # since measuring is what records them. Fixed when the engine is made; a worker's engine
+        # (jobs.render.batch) is made without any, so only a passing gate lets a worker use a lever.
+        self.measuring = frozenset(measuring)
+        # Models whose gates passed when this engine first loaded them: asked once per engine.
+        self._gates_passed: set[str] = set()
+        self._gate_keys: dict[str, str] = {}
 
     def check_gate(self, name: str) -> None:
         """Refuse (engine.gates.UngatedSetting) the lossy accelerators on a model whose recorded gate did not pass,
         and a distilled registration (one naming a teacher) whose distilled gate did not."""
         info = self.registry.get(name)
         needed = [s for s in (gates.DISTILLED if info.teacher else "", self.config.lossy()) if s]
-        if needed and name not in self.gate_checked:
+        if needed and name not in self.measuring and name not in self._gates_passed:
             identity = self.gate_identity(info)
             for setting in needed:
                 gates.require(self.config.cache_dir, name, identity, setting)
-            self.gate_checked.add(name)
+            self._gates_passed.add(name)
 
     def model_path(self, info: ModelInfo):
         if info.builtin:
@@ -73,10 +78,13 @@ class PipelineCache:
         return own if info.base is None else f"{own}+{model_identity(info.base, parts)}"
 
     def gate_identity(self, info: ModelInfo) -> str:
-        """What a registration's quality gates are recorded and checked under: engine.adapt.identity (its folder,
-        adapters, sampler and decoder), with its base's identity when it has one."""
-        own = adapt.identity(info, self.model_path(info))
-        return own if info.base is None else f"{own}+{model_identity(info.base, ALL_PARTS)}"
+        """What a registration's quality gates are recorded and checked under: engine.content_key.gate_key, the
+        SHA-256 of its folder's, base's, adapters' and decoder's files (each file's digest cached beside the gate
+        records), with the adapters' scales and the sampler. Once per engine and registration."""
+        if info.name not in self._gate_keys:
+            digests = content_key.FileDigests(self.config.cache_dir)
+            self._gate_keys[info.name] = content_key.gate_key(info, self.model_path(info), digests)
+        return self._gate_keys[info.name]
 
     def get(self, name: str):
         """The loaded pipeline for a registered model: loaded on first use and kept while it is among the

@@ -8,6 +8,7 @@
 - `sampler`: a diffusers scheduler by name, with its shift, replacing the folder's.
 - `decoder`: a light VAE decoder folder (engine.light_decoder) used instead of the VAE's decoder.
 - `teacher`: the registration a distilled one is judged against (engine.gates.judge_distilled).
+- `clip`: a CLIP folder (engine.clip_score) whose score reads prompt adherence in that gate beyond the toy world.
 
 Every check reads file headers and configs only (a safetensors header is its first 8 + n bytes), never weights, and
 imports neither torch nor diffusers: the registry is read at submit as well as at worker start. A failed check is a
@@ -119,6 +120,28 @@ def parse_sampler(value: object) -> Sampler | None:
         if not 0 < terminal < 1:
             raise Problem(f"sampler.shift_terminal must be between 0 and 1, got {terminal:g}")
     return Sampler(str(name), shift, terminal)
+
+
+def parse_clip(value: object) -> Path | None:
+    """A CLIP folder (engine.clip_score) as transformers saves one: config.json of model_type "clip", weights, and
+    the tokenizer and image processor files CLIPProcessor reads."""
+    if value is None:
+        return None
+    folder = Path(str(value)).expanduser()
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise Problem(f"clip: {folder} holds no config.json (a folder saved by transformers' CLIPModel)")
+    try:
+        model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+    except json.JSONDecodeError as exc:
+        raise Problem(f"clip: {config_file} is not valid JSON: {exc}") from None
+    if model_type != "clip":
+        raise Problem(f"clip: {config_file}: model_type is {model_type!r}, expected 'clip'")
+    if not any((folder / w).is_file() for w in ("model.safetensors", "pytorch_model.bin")):
+        raise Problem(f"clip: {folder} holds no model.safetensors")
+    if not any((folder / c).is_file() for c in ("preprocessor_config.json", "processor_config.json")):
+        raise Problem(f"clip: {folder} holds no processor config (save the CLIPProcessor beside the model)")
+    return folder
 
 
 def parse_decoder(value: object, base: Path) -> Path | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import adapt, gates
+from engine import gates
 from engine.chunks import plan
 from engine.engine import Engine
 from engine.models import Registry
@@ -85,8 +85,9 @@ def judge_against_teacher(engine: Engine, student: str, cases: Sequence[tuple[st
                           view: Callable[[np.ndarray], np.ndarray], batch: int = 8) -> Judged:
     """Render `cases` with `student` and with its teacher, each at its registered defaults and after a warm-up
     batch, judge both after `view`, and record the student's distilled gate under the engine's cache folder (so
-    engines load it from then on). Identity: engine.adapt.identity, the folder with the adapters, sampler and
-    decoder, so any changed file needs judging again."""
+    engines load it from then on). Identity: Engine.gate_identity, the content of the folder's, adapters' and
+    decoder's files with the sampler, so any changed file needs judging again. `engine` must be measuring `student`
+    (Engine(..., measuring=[student])): nothing else renders a registration whose gate is not recorded."""
     registry = engine.registry
     info = registry.get(student)
     teacher_shape, shape = native(registry, info.teacher), native(registry, student)
@@ -94,16 +95,12 @@ def judge_against_teacher(engine: Engine, student: str, cases: Sequence[tuple[st
     teacher_started = time.perf_counter()
     teacher_videos = render(engine, teacher_shape, cases, batch)
     teacher_s = time.perf_counter() - teacher_started
-    engine.gate_checked.add(student)  # measuring is what the gate is for
-    try:
-        render(engine, shape, cases[:batch], batch)  # warm-up: the student's pipeline loaded
-        started = time.perf_counter()
-        videos = render(engine, shape, cases, batch)
-        student_s = time.perf_counter() - started
-    finally:
-        engine.gate_checked.discard(student)
+    render(engine, shape, cases[:batch], batch)  # warm-up: the student's pipeline loaded
+    started = time.perf_counter()
+    videos = render(engine, shape, cases, batch)
+    student_s = time.perf_counter() - started
     measured, teacher = adherence(cases, videos, view), adherence(cases, teacher_videos, view)
-    gate = gates.distilled_gate(student, adapt.identity(info, engine.model_path(info)), info.teacher,
+    gate = gates.distilled_gate(student, engine.gate_identity(info), info.teacher,
                                 adherence=measured, teacher_adherence=teacher, videos=videos,
                                 teacher_videos=teacher_videos, batch=batch, speedup=teacher_s / student_s)
     gates.record(engine.config.cache_dir, gate)
@@ -118,15 +115,13 @@ def evaluate(engine: Engine, student: str, cases: Sequence[tuple[str, int]], lon
     gate = judged.gate
     info = engine.registry.get(student)
     shape = native(engine.registry, student)
-    engine.gate_checked.add(student)  # judged just now, passed or not: the card reports either way
     pipe = engine.pipeline(student)
     decoder = engine.light_decoder(student)
     seconds = {"teacher_render": judged.teacher_s / len(cases), "student_render": judged.student_s / len(cases),
                **_decode_seconds(pipe, decoder, shape)}
     parameters = {"adapter": _adapter_parameters(info), "decoder": sum(p.numel() for p in decoder.parameters()),
                   "vae_decoder": sum(p.numel() for p in pipe.vae.decoder.parameters())}
-    long = long_windows(engine, shape, long_cases, view)
-    engine.gate_checked.discard(student)
+    long = long_windows(engine, shape, long_cases, view)  # judged just now, passed or not: the card reports either
     return FastResults(gate.adherence, gate.exact_adherence, gate, long, seconds, parameters), judged
 
 

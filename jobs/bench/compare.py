@@ -123,9 +123,7 @@ def run_engine(side_model: SideModel, preset: Preset, cases: list[tuple[str, int
     """`speed_only`: render the registration whether or not its distilled gate passed (run_bench says which)."""
     info = side_model.info
     registry = Registry({info.name: info})
-    engine = Engine(settings.engine_config(), registry)
-    if speed_only:
-        engine.gate_checked.add(info.name)
+    engine = Engine(settings.engine_config(), registry, measuring=[info.name] if speed_only else ())
     upgrade(settings.database_url)
     factory = session_factory(settings.database_url)
     spec = load_manifest(write_manifest(work / "bench.yaml", "bench", info, preset, cases, settings.output,

@@ -1,10 +1,11 @@
 """`reelbatch bench --quality`: each lossy accelerator against exact mode on a judgeable model, and its gate.
 
 Exact mode is the engine as configured with the lossy accelerators off (its output is what a plain diffusers call
-computes, to the last bits the lossless switches may round). Every setting renders the same fixed sample set
-(jobs.quality.evaluate.sample_set) at the same batch size after a warm-up; the report puts side by side its speedup in render
-seconds, PSNR and SSIM of its frames against exact mode's, and prompt adherence judged from the decoded MP4s. Each
-setting's gate (engine.gates) is recorded under the cache folder: only then may a worker use it.
+computes, to the last bits the lossless switches may round). Every setting renders the same sample
+(jobs.quality.gate_sample: the user's manifest, the toy quality set, or the shipped prompts) at the same batch size
+after a warm-up; the report puts side by side its speedup in render seconds, PSNR and SSIM of its frames against
+exact mode's, and, on the toy world, prompt adherence judged from the decoded MP4s. Each setting's gate
+(engine.gates) is recorded under the cache folder: only then may a worker use it.
 
 Speed is timed in alternation (exact, setting, exact, setting) and the faster of each pair of runs kept: on a shared
 machine a one-off timing of a few seconds drifts by 30%, alternation cancels the drift.
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 
@@ -23,10 +25,8 @@ from engine import gates
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.metrics import psnr, ssim
-from engine.toy.judge import score
 from jobs.errors import UsageError
-from jobs.quality.evaluate import native_shape, render_cases, round_trip
-from jobs.quality.sample import sample_set
+from jobs.quality.gate_sample import gate_sample, judged_adherence, render_sample
 from jobs.settings import Settings
 
 ATTRIBUTES = ("colour", "shape", "direction", "background", "all_four")
@@ -39,14 +39,17 @@ class QualityBench:
     count: int
     batch: int
     exact_s: float  # the first timed exact run; each setting's speedup uses the exact runs around its own
-    exact_adherence: dict[str, float]
+    exact_adherence: dict[str, float]  # {} where no judge reads the sample's prompts
     gates: list[gates.Gate] = field(default_factory=list)
+    sample: str = ""  # jobs.quality.gate_sample.GateSample.label
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "shape": self.shape, "count": self.count, "batch": self.batch,
+        return {"model": self.model, "sample": self.sample, "shape": self.shape, "count": self.count,
+                "batch": self.batch, "min_sample": gates.MIN_SAMPLE,
                 "exact": {"seconds": self.exact_s, "adherence": self.exact_adherence},
                 "settings": [g.to_dict() for g in self.gates],
-                "passed": [g.setting for g in self.gates if g.passed]}
+                "passed": [g.setting for g in self.gates if g.passed],
+                "released": [g.setting for g in self.gates if g.releases]}
 
 
 def lossy_configs(base: EngineConfig, settings: list[str]) -> list[EngineConfig]:
@@ -64,51 +67,56 @@ def lossy_configs(base: EngineConfig, settings: list[str]) -> list[EngineConfig]
 
 
 def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, count: int, batch: int,
-                      on_setting: Callable[[str], None] | None = None) -> QualityBench:
+                      prompts: Path | None = None, on_setting: Callable[[str], None] | None = None) -> QualityBench:
+    """Each candidate against exact mode on the gate's sample (jobs.quality.gate_sample: `prompts`' videos, the toy
+    quality set, or the shipped prompts), its gate recorded."""
     registry = settings.registry()
-    shape, fps = native_shape(registry, model)
     base = settings.engine_config().lossless()
     configs = lossy_configs(base, candidates)
-    cases = sample_set(count)
+    sample = gate_sample(registry, model, prompts=prompts, count=count)
     exact_engine = Engine(base, registry)
     identity = exact_engine.gate_identity(registry.get(model))  # the key Engine.check_gate reads
+    warm = replace(sample, items=sample.items[:batch])
 
     def timed(engine: Engine) -> tuple[float, list[np.ndarray]]:
         started = time.perf_counter()
-        videos = render_cases(engine, shape, cases, batch)
+        videos = render_sample(engine, sample, batch)
         return time.perf_counter() - started, videos
-
-    def adherence(videos: list[np.ndarray]) -> dict[str, float]:
-        scores = score((case.prompt, round_trip(video, fps)) for case, video in zip(cases, videos))
-        return {name: getattr(scores, name) for name in ATTRIBUTES}
 
     if on_setting:
         on_setting("exact")
-    render_cases(exact_engine, shape, cases[:batch], batch)  # warm-up: model loaded, caches filled
+    render_sample(exact_engine, warm, batch)  # warm-up: model loaded, caches filled
     exact_s, exact_videos = timed(exact_engine)
-    exact_adherence = adherence(exact_videos)
+    exact_adherence = judged_adherence(sample, exact_videos)
+    exact_measures = gates.Measured.of(exact_videos)  # flicker, motion, blank frames, frozen videos
     exact_times = [exact_s]
-    result = QualityBench(model, {"width": shape.width, "height": shape.height, "frames": shape.frames,
-                                  "steps": shape.steps, "guidance": shape.guidance, "fps": fps},
-                          count, batch, exact_s, exact_adherence)
+    first = sample.items[0]
+    shape = {"width": first.shape.width, "height": first.shape.height, "frames": first.shape.frames,
+             "steps": first.shape.steps, "guidance": first.shape.guidance, "fps": first.fps,
+             "shapes": len({i.shape for i in sample.items})}
+    result = QualityBench(model, shape, len(sample), batch, exact_s, exact_adherence, sample=sample.label)
     for config in configs:
         if on_setting:
             on_setting(config.lossy())
-        engine = Engine(config, registry)
-        engine.gate_checked.add(model)  # measuring is what the gate is for
-        render_cases(engine, shape, cases[:batch], batch)
+        engine = Engine(config, registry, measuring=[model])  # measuring is what the gate is for
+        render_sample(engine, warm, batch)
         first_s, videos = timed(engine)
         exact_times.append(timed(exact_engine)[0])
         seconds = min(first_s, timed(engine)[0])
         psnrs = [psnr(v, e) for v, e in zip(videos, exact_videos)]
         ssims = [ssim(v, e) for v, e in zip(videos, exact_videos)]
-        measured = adherence(videos)
+        measured = judged_adherence(sample, videos)
+        mine = gates.Measured.of(videos)
         gate = gates.Gate(
-            model=model, identity=identity, setting=config.lossy(), count=count, batch=batch,
+            model=model, identity=identity, setting=config.lossy(), count=len(sample), batch=batch,
             speedup=min(exact_times[-2:]) / seconds, psnr_db_min=float(min(psnrs)), psnr_db_mean=float(np.mean(psnrs)),
             ssim_min=float(min(ssims)), adherence=measured, exact_adherence=exact_adherence,
             measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            failures=gates.judge(measured, exact_adherence, float(np.mean(psnrs))),
+            failures=gates.judge(measured, exact_adherence, float(np.mean(psnrs)), ssims, mine, exact_measures),
+            sample=sample.label, flicker=mine.flicker, teacher_flicker=exact_measures.flicker,
+            blank_frames=mine.blank, teacher_blank_frames=exact_measures.blank, motion=mine.motion,
+            teacher_motion=exact_measures.motion, frozen_videos=mine.frozen,
+            teacher_frozen_videos=exact_measures.frozen,
         )
         gates.record(settings.cache_dir, gate)
         result.gates.append(gate)

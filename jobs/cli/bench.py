@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -46,7 +47,12 @@ def bench(
     setting: Annotated[Optional[list[str]], typer.Option(
         "--setting", help="With --quality, repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, "
                           "step_scale (default: a measured list).")] = None,
-    count: Annotated[int, typer.Option("--count", min=16, max=400, help="With --quality: sample-set size.")] = 80,
+    count: Annotated[int, typer.Option("--count", min=1, max=400, help="With --quality on a toy-world model: how "
+                                       "many of the judged set (a gate releases a lever on 32 or more).")] = 80,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", help="With --quality: a manifest (YAML or JSONL) whose videos, at their own sizes, steps and "
+                          "seeds, are the gate's sample (default: the toy set on toy-world models, else the "
+                          "shipped prompts at the model's defaults).")] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, max=64, help="With --quality: videos per batch.")] = 8,
     ladder: Annotated[bool, typer.Option(
         "--ladder", help="Load-test the worker path at each batch size and worker count of the preset: "
@@ -88,11 +94,12 @@ def bench(
     worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
 
     With --quality: render a fixed sample set in exact mode and with each lossy setting, judge both, and record
-    which settings pass their gate (adherence within 2 points, mean PSNR >= 25 dB); workers use only those. With
-    --quality --model of a distilled registration: render it and its teacher at their defaults, judge both and
-    record its distilled gate (adherence within 2 points of the teacher's, blank frames, flicker)."""
+    which settings pass their gate (mean PSNR >= 25 dB, every video's SSIM >= 0.5, on the toy world adherence
+    within 2 points); workers use only those, and only from 32 videos up. With --quality --model of a distilled
+    registration: render it and its teacher on the same sample, judge both and record its distilled gate (flicker,
+    motion, blank frames, frozen videos; adherence on the toy world, a CLIP score where registered)."""
     if quality:
-        bench_quality(model or "toy", setting, count, batch, json_)
+        bench_quality(model or "toy", setting, count, batch, json_, prompts)
         return
     if fleet:
         bench_fleet(_counts("--levels", levels, 2000), factor, batch_s, json_)

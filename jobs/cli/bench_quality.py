@@ -4,6 +4,7 @@ teacher (jobs.bench.quality, jobs.quality.distilled), recorded as gates and prin
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.progress import Progress, TimeElapsedColumn
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
     from jobs.quality.distilled import DistilledJudgement
 
 
-def bench_quality(model: str, setting: list[str] | None, count: int, batch: int, json_: bool) -> None:
+def bench_quality(model: str, setting: list[str] | None, count: int, batch: int, json_: bool,
+                  prompts: Path | None = None) -> None:
     try:
         settings = Settings.from_env()
         registry = settings.registry()
@@ -37,12 +39,13 @@ def bench_quality(model: str, setting: list[str] | None, count: int, batch: int,
             if distilled:
                 from jobs.quality.distilled import judge_registration  # here, not at the top: torch only when rendering
 
-                judged = judge_registration(settings, model, count=count, batch=batch, on_model=describe)
+                judged = judge_registration(settings, model, count=count, batch=batch, prompts=prompts,
+                                            on_model=describe)
             else:
                 from jobs.bench.quality import run_quality_bench  # here, not at the top: torch only when rendering
 
                 result = run_quality_bench(settings, model, setting or list(CANDIDATES), count=count, batch=batch,
-                                           on_setting=describe)
+                                           prompts=prompts, on_setting=describe)
         except ReelbatchError as exc:
             fail(exc)
     if distilled:
@@ -59,40 +62,67 @@ def bench_quality(model: str, setting: list[str] | None, count: int, batch: int,
 
 def print_distilled(r: DistilledJudgement) -> None:
     g = r.gate
+    from engine.gates import CLIP_MARGIN, MOTION_RATIO
+
     out.print(Text.assemble(("bench --quality", "bold"),
-                            f" {g.model} against its teacher {g.teacher}: {g.count} videos each at its defaults, "
-                            f"judged after MP4; {r.student_s:.2f} s against the teacher's {r.teacher_s:.2f} s "
-                            f"({g.speedup:.1f}x)"), highlight=False)
-    table = Table("attribute", g.teacher, g.model, "at least", box=None)
-    for name in ("colour", "shape", "direction", "background", "all_four"):
-        floor = "" if name == "all_four" else f"{100 * (g.exact_adherence[name] - 0.02):.1f}"
-        table.add_row(name, f"{100 * g.exact_adherence[name]:.1f}", f"{100 * g.adherence[name]:.1f}", floor)
-    out.print(table)
+                            f" {g.model} against its teacher {g.teacher}: {g.count} videos each ({g.sample}); "
+                            f"{r.student_s:.2f} s against the teacher's {r.teacher_s:.2f} s ({g.speedup:.1f}x)"),
+              highlight=False)
+    if g.exact_adherence:  # the toy judge read the prompts, after MP4
+        table = Table("attribute", g.teacher, g.model, "at least", box=None)
+        for name in ("colour", "shape", "direction", "background", "all_four"):
+            floor = "" if name == "all_four" else f"{100 * (g.exact_adherence[name] - 0.02):.1f}"
+            table.add_row(name, f"{100 * g.exact_adherence[name]:.1f}", f"{100 * g.adherence[name]:.1f}", floor)
+        out.print(table)
+    if g.clip_score is not None:
+        out.print(f"CLIP score {g.clip_score:.2f} (the teacher's {g.teacher_clip_score:.2f}; at most {CLIP_MARGIN:g} "
+                  f"below)", highlight=False)
     out.print(f"flicker {g.flicker:.2f} (the teacher's {g.teacher_flicker:.2f}; at most {r.flicker_ratio:g}x); "
-              f"blank frames {g.blank_frames} (the teacher's {g.teacher_blank_frames})", highlight=False)
+              f"motion {g.motion:.2f} (the teacher's {g.teacher_motion:.2f}; at least {MOTION_RATIO:g}x); "
+              f"blank frames {g.blank_frames} (the teacher's {g.teacher_blank_frames}); frozen videos "
+              f"{g.frozen_videos} (the teacher's {g.teacher_frozen_videos})", highlight=False)
     out.print(f"PSNR against the teacher's renders, for information (another model draws other pixels): mean "
               f"{g.psnr_db_mean:.1f} dB, worst video {g.psnr_db_min:.1f} dB", highlight=False)
-    verdict = "passed: workers may render it" if g.passed else "FAILED: " + "; ".join(g.failures)
-    out.print(f"distilled gate {verdict} (recorded)", highlight=False)
+    out.print(f"distilled gate {_verdict(g)} (recorded)", highlight=False)
+
+
+def _verdict(g) -> str:
+    from engine.gates import MIN_SAMPLE
+
+    if not g.passed:
+        return "FAILED: " + "; ".join(g.failures)
+    if not g.releases:
+        return f"passed on {g.count} videos, under the {MIN_SAMPLE} that release it: workers still refuse it"
+    return "passed: workers may use it"
 
 
 def print_quality_bench(r: QualityBench) -> None:
+    from engine.gates import MIN_SAMPLE
     from jobs.bench.quality import ATTRIBUTES  # the module renders (torch); this only runs after it has
 
     s = r.shape
-    out.print(Text("bench --quality", style="bold"), f"{r.model}: {r.count} videos of {s['width']}x{s['height']}, "
-              f"{s['frames']} frames, {s['steps']} steps, guidance {s['guidance']:g}, batches of {r.batch}; exact "
-              f"mode {r.exact_s:.2f} s", highlight=False)
-    # Adherence in percent, per attribute: colour, shape, direction, background, all four.
-    table = Table("setting", "speed", "PSNR mean/min", "SSIM", "col", "shp", "dir", "bg", "all", "gate", box=None)
+    sizes = f"{s['width']}x{s['height']}, {s['frames']} frames, {s['steps']} steps, guidance {s['guidance']:g}"
+    if s["shapes"] > 1:
+        sizes = f"{s['shapes']} shapes (the first {sizes})"
+    out.print(Text("bench --quality", style="bold"), f"{r.model}: {r.count} videos ({r.sample}) of {sizes}, batches "
+              f"of {r.batch}; exact mode {r.exact_s:.2f} s", highlight=False)
+    # Adherence in percent, per attribute, where the toy judge reads the prompts: colour, shape, direction,
+    # background, all four.
+    judged = bool(r.exact_adherence)
+    attributes = ATTRIBUTES if judged else ()
+    heads = ("col", "shp", "dir", "bg", "all") if judged else ()
+    table = Table("setting", "speed", "PSNR mean/min", "SSIM min", *heads, "gate", box=None)
     pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
-    table.add_row("exact", "1.00x", "", "", *(pct(r.exact_adherence[a]) for a in ATTRIBUTES), "")
+    table.add_row("exact", "1.00x", "", "", *(pct(r.exact_adherence[a]) for a in attributes), "")
     for g in r.gates:
-        table.add_row(g.setting.replace(",", ", "), f"{g.speedup:.2f}x", f"{g.psnr_db_mean:.1f}/{g.psnr_db_min:.1f}", f"{g.ssim_min:.2f}",
-                      *(pct(g.adherence[a]) for a in ATTRIBUTES), "pass" if g.passed else "FAIL")
+        gate = "FAIL" if not g.passed else "pass" if g.releases else f"pass (<{MIN_SAMPLE})"
+        table.add_row(g.setting.replace(",", ", "), f"{g.speedup:.2f}x", f"{g.psnr_db_mean:.1f}/{g.psnr_db_min:.1f}",
+                      f"{g.ssim_min:.2f}", *(pct(g.adherence[a]) for a in attributes), gate)
     out.print(table)
     for g in r.gates:
         if not g.passed:
             out.print(f"{g.setting}: {'; '.join(g.failures)}", highlight=False)
-    out.print("recorded; a worker may use: " + (", ".join(g.setting for g in r.gates if g.passed) or "none"),
+    if r.count < MIN_SAMPLE:
+        out.print(f"{r.count} videos: under the {MIN_SAMPLE} a gate needs to release a lever", highlight=False)
+    out.print("recorded; a worker may use: " + (", ".join(g.setting for g in r.gates if g.releases) or "none"),
               highlight=False)

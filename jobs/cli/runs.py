@@ -76,6 +76,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         # Live: heartbeated within three leases, the span after which a sweeper closes a silent worker's session.
         unserved = queries.unserved_pending(factory, 3 * settings.lease_s)
         usage = teams.usage(factory) if run is None else []
+        ungated = queries.ungated_models(factory, 3 * settings.lease_s) & set(unserved)
     except ReelbatchError as exc:
         fail(exc)
     if run is not None:  # this run's pending videos only
@@ -84,7 +85,8 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         emit_json({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
              "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows], "unserved": unserved,
-            "teams": [dataclasses.asdict(u) for u in usage]})
+            "teams": [dataclasses.asdict(u) for u in usage],
+            "ungated": sorted(ungated & set(unserved))})
         return
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
@@ -106,7 +108,10 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
                       ("pending", "running", "succeeded", "failed", "cancelled")), *extra)
     out.print(table)
     for model, n in unserved.items():
-        out.print(f"{n} pending: no live worker serves {model}", highlight=False)
+        if model in ungated:  # a live worker would serve it but lacks its quality gate (jobs.render.batch)
+            out.print(f"{n} pending: unserved: no gate for {model} on any worker", highlight=False)
+        else:
+            out.print(f"{n} pending: no live worker serves {model}", highlight=False)
     if any(u.team != teams.DEFAULT for u in usage):  # once teams share the fleet (docs/SERVICE.md)
         shares = Table("team", "share", "running", "queued", "month $", "max GPUs", "monthly $", box=None,
                        pad_edge=False)

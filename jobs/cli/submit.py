@@ -63,7 +63,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     interrupted = None
     try:
         settings = Settings.from_env()
-        s = submit_manifest(settings, manifest, name, model, output, set_, notify, new_run, check_gate=True)
+        s = submit_manifest(settings, manifest, name, model, output, set_, notify, new_run)
         factory = session_factory(settings.database_url)
         resume = embedded.resume_hint(sys.argv[1:], s.name)
         if s.pending_units:
@@ -96,7 +96,7 @@ def check_signable(settings: Settings, manifest: Path, spec) -> None:
 
 
 def submit_manifest(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
-                    check_gate: bool = False, team_id: int | None = None, source: str | None = None,
+                    team_id: int | None = None, source: str | None = None,
                     quiet: bool = False) -> queries.Submitted:
     """What `submit` does, for it and for the HTTP API (jobs.service): check the manifest, record the run for
     `team_id` (None: the default team), queue its work. `source`: what the run says it came from (default: the
@@ -108,10 +108,11 @@ def submit_manifest(settings: Settings, manifest: Path, name, model, output, set
     if source is not None:
         spec = dataclasses.replace(spec, source=source)
     check_signable(settings, manifest, spec)
-    if check_gate and (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher):
+    if settings.engine_config().lossy() or settings.registry().get(spec.model).teacher:
         from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
 
-        # The embedded worker renders with this process's settings: refuse what it would refuse before writing.
+        # `run`'s embedded worker renders with this process's settings, and `submit`'s workers refuse to claim what
+        # has no passing gate (jobs.render.batch.gated_models): refuse it here, before writing, with one message.
         gated_engine(settings, settings.registry(), spec.model, named_by=str(manifest))
     factory = session_factory(settings.database_url)
     large = len(spec.videos) >= PROGRESS_FROM_VIDEOS

@@ -187,16 +187,25 @@ def run_counts(factory: Factory, run: str | None = None, owner: tuple = ()) -> l
     return [RunCounts(r.id, r.name, r.model, r.created_at, by_run[r.id]) for r in runs]
 
 
+# In a worker session's `models`, a model it would serve but lacks a passing quality gate for (jobs.render.batch.
+# gated_models): it claims none of its work. Model names start with a letter or digit, so the mark is never a name's.
+UNGATED_MARK = "!"
+
+
+def _live_models(s: Session, stale_after_s: float) -> list[str | None]:
+    return list(s.scalars(select(WorkerSession.models).where(
+        WorkerSession.ended_at.is_(None), WorkerSession.last_seen_at >= utcnow() - timedelta(seconds=stale_after_s))))
+
+
 def unserved_pending(factory: Factory, stale_after_s: float) -> dict[str, int]:
     """Pending videos by model, for each model that no live worker serves: none of the worker sessions that are open
     and heartbeated within `stale_after_s` lists it (a session that lists none is taken to serve every model). That
     work waits; it is never claimed by a worker that cannot render it."""
     with factory() as s:
-        live = list(s.scalars(select(WorkerSession.models).where(
-            WorkerSession.ended_at.is_(None), WorkerSession.last_seen_at >= utcnow() - timedelta(seconds=stale_after_s))))
+        live = _live_models(s, stale_after_s)
         if any(models is None for models in live):
             return {}
-        served = {m for models in live for m in models.split(",") if m}
+        served = {m for models in live for m in models.split(",") if m and not m.startswith(UNGATED_MARK)}
         pending = s.execute(select(Run.model, func.count()).join(Video, Video.run_id == Run.id)
                             .where(Video.status == Status.PENDING).group_by(Run.model)).all()
     return {model: n for model, n in sorted(pending) if model not in served}
@@ -215,6 +224,14 @@ def default_team_id(s: Session) -> int:
         s.flush()
         found = team.id
     return found
+
+
+def ungated_models(factory: Factory, stale_after_s: float) -> set[str]:
+    """The models some live worker would serve but lacks a passing quality gate for (UNGATED_MARK)."""
+    with factory() as s:
+        live = _live_models(s, stale_after_s)
+    return {m[len(UNGATED_MARK):] for models in live if models for m in models.split(",")
+            if m.startswith(UNGATED_MARK)}
 
 
 def _run_id(s: Session | Connection, run: str) -> int:

@@ -8,16 +8,21 @@ the encoder.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from engine import gates
+from engine.clip_score import ClipScorer
 from engine.engine import Engine
-from engine.toy.distill_report import FastResults, evaluate, judge_against_teacher, with_folder
+from engine.toy.distill_report import FastResults, evaluate, with_folder
 from engine.toy.world import COMBINATIONS
 from jobs.errors import UsageError
 from jobs.quality.evaluate import REFERENCES, native_shape, round_trip, save_references
+from jobs.quality.gate_sample import GateSample, gate_sample, judged_adherence, render_sample
 from jobs.quality.sample import sample_set
 from jobs.settings import Settings
 
@@ -46,21 +51,42 @@ def long_cases(count: int = LONG_VIDEOS) -> list[tuple[str, int]]:
             for i, (c, s, d, b) in enumerate(COMBINATIONS[5 * i] for i in range(count))]
 
 
-def judge_registration(settings: Settings, model: str, *, count: int, batch: int,
+def judge_registration(settings: Settings, model: str, *, count: int, batch: int, prompts: Path | None = None,
                        on_model: Callable[[str], None] | None = None) -> DistilledJudgement:
-    """`reelbatch bench --quality --model NAME` for a distilled registration: it and its teacher render the quality
-    set at their defaults with the lossy accelerators off, are judged after MP4, and its gate is recorded."""
+    """`reelbatch bench --quality --model NAME [--prompts FILE]` for a distilled registration: it and its teacher
+    render the gate's sample (jobs.quality.gate_sample) on the same prompts, seeds, sizes and frames, each at its
+    own steps and guidance, with the lossy accelerators off and after a warm-up batch; adherence is judged after MP4
+    on the toy world, a CLIP score is taken where the registration names a CLIP folder, and its gate is recorded."""
     registry = settings.registry()
-    _, fps = native_shape(registry, model)  # a usage error for an unregistered name
+    sample = gate_sample(registry, model, prompts=prompts, count=count)  # a usage error for an unregistered name
     info = registry.get(model)
     if info.teacher is None:
         raise UsageError(f"--model: {model!r} names no teacher, so it has no distilled gate")
     if on_model:
         on_model(f"{model} and its teacher {info.teacher}")
-    engine = Engine(settings.engine_config().exact(), registry)
-    cases = [(c.prompt, c.seed) for c in sample_set(count)]
-    judged = judge_against_teacher(engine, model, cases, lambda frames: round_trip(frames, fps), batch)
-    return DistilledJudgement(judged.gate, judged.student_s, judged.teacher_s)
+    engine = Engine(settings.engine_config().exact(), registry, measuring=[model])
+    teacher_sample = sample.for_model(registry.get(info.teacher))
+
+    def timed(which: GateSample) -> tuple[float, list[np.ndarray]]:
+        render_sample(engine, replace(which, items=which.items[:batch]), batch)  # warm-up: its pipeline loaded
+        started = time.perf_counter()
+        videos = render_sample(engine, which, batch)
+        return time.perf_counter() - started, videos
+
+    teacher_s, teacher_videos = timed(teacher_sample)
+    student_s, videos = timed(sample)
+    clip = teacher_clip = None
+    if info.clip is not None:
+        scorer = ClipScorer(info.clip)
+        prompts_ = [item.case.prompt for item in sample.items]
+        clip, teacher_clip = scorer.mean(prompts_, videos), scorer.mean(prompts_, teacher_videos)
+    gate = gates.distilled_gate(model, engine.gate_identity(info), info.teacher,
+                                adherence=judged_adherence(sample, videos),
+                                teacher_adherence=judged_adherence(teacher_sample, teacher_videos), videos=videos,
+                                teacher_videos=teacher_videos, batch=batch, speedup=teacher_s / student_s,
+                                clip=clip, teacher_clip=teacher_clip, sample=sample.label)
+    gates.record(settings.cache_dir, gate)
+    return DistilledJudgement(gate, student_s, teacher_s)
 
 
 def evaluate_distilled(settings: Settings, folder: Path, *, quick: bool = False) -> FastResults:
@@ -69,7 +95,7 @@ def evaluate_distilled(settings: Settings, folder: Path, *, quick: bool = False)
     as `folder`/references.npz, what `reelbatch quality --model toy-fast` compares with. `quick`: 16 pairs and 2
     long videos."""
     registry = with_folder(settings.registry(), folder)
-    engine = Engine(settings.engine_config().exact(), registry)
+    engine = Engine(settings.engine_config().exact(), registry, measuring=["toy-fast"])
     sample = sample_set(16 if quick else 80)
     shape, fps = native_shape(registry, "toy-fast")
     results, judged = evaluate(engine, "toy-fast", [(c.prompt, c.seed) for c in sample],

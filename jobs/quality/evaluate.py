@@ -33,7 +33,8 @@ TARGETS = {"colour": 0.95, "direction": 0.95, "background": 0.95, "shape": 0.80}
 # The exact engine must reproduce the references to this PSNR; float reordering across machines stays far above.
 REFERENCE_PSNR_DB = 40.0
 # The settings that turn the lossy accelerators on (jobs.settings), named when one is refused.
-LOSSY_VARIABLES = "REELBATCH_STEP_CACHE / REELBATCH_GUIDANCE_FRACTION / REELBATCH_STEP_SCALE"
+LOSSY_VARIABLES = ("REELBATCH_STEP_CACHE / REELBATCH_GUIDANCE_FRACTION / REELBATCH_STEP_SCALE / "
+                   "REELBATCH_ATTENTION")
 
 
 def native_shape(registry: Registry, model: str, *, steps: int | None = None,

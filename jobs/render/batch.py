@@ -22,6 +22,7 @@ from typing_extensions import assert_never
 
 from engine.engine import Engine
 from engine.errors import RenderInterrupted
+from engine.gates import UngatedSetting
 from engine.types import RenderBatch, RenderRequest, Shape
 from faults import Decision
 from jobs.claims import claims, fair, leases
@@ -58,11 +59,27 @@ def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
     return max(settings.min_time_limit_s, settings.time_limit_s * work / REFERENCE_WORK)
 
 
+def gated_models(engine: Engine, models: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Of `models`, those `engine` may render (every lever it would use on each, and a distilled registration
+    itself, has a passing gate: engine.gates) and those it may not. A worker claims only the first; its session
+    records the second, so `reelbatch status` can say why their work waits. Asked at each claim, so a gate recorded
+    while the worker runs lets it take that model's work."""
+    ok, ungated = [], []
+    for model in models:
+        try:
+            engine.check_gate(model)
+        except UngatedSetting:
+            ungated.append(model)
+        else:
+            ok.append(model)
+    return tuple(ok), tuple(ungated)
+
+
 def serving(settings: Settings, engine: Engine) -> Serving:
-    """What this worker claims (jobs.claims.claims.Serving): the models it serves, their registrations' batch limits,
-    and what its engine has warm."""
+    """What this worker claims (jobs.claims.claims.Serving): the models it serves whose gates passed
+    (gated_models), their registrations' batch limits, and what its engine has warm."""
     registry = engine.registry
-    models = settings.served_models(registry)
+    models = gated_models(engine, settings.served_models(registry))[0]
     limits = {m: registry.get(m).max_batch for m in models if registry.get(m).max_batch}
     return Serving(models, limits, engine.loaded(), engine.last_shape, settings.affinity_s)
 

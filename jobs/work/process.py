@@ -27,9 +27,11 @@ from celery.signals import (
 from engine.engine import Engine
 from jobs.cost.meter import Meter
 from jobs.db.connect import session_factory
+from jobs.db.queries import UNGATED_MARK
 from jobs.observe import logs
 from jobs.observe.identity import worker_id
 from jobs.observe.prometheus import serve
+from jobs.render.batch import gated_models
 from jobs.render.finisher import Finisher
 from jobs.render.stopping import Stopping
 from jobs.settings import Settings
@@ -100,16 +102,24 @@ def finisher() -> Finisher:
 
 
 @lru_cache(maxsize=1)
+def gated() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Of the models this worker is to serve (`--models`, else every registered one), those whose gates let its
+    engine render them, and those they do not (jobs.render.batch.gated_models), as the worker started."""
+    return gated_models(engine(), settings().served_models())
+
+
 def served() -> tuple[str, ...]:
-    """The models this worker serves (`--models`, else every registered one): it claims only their work."""
-    return settings().served_models()
+    """The models this worker serves: it claims only their work."""
+    return gated()[0]
 
 
 @lru_cache(maxsize=1)
 def meter() -> Meter:
     """This rendering process's clock of paid time; its session opens when the process is ready (jobs.cost.ledger)
-    and records the models it serves (`reelbatch status` names pending work that no live session serves)."""
-    return Meter(settings().gpu_rate(), session_factory(settings().database_url), worker_id(), models=served())
+    and records the models it serves, and those it lacks a gate for marked UNGATED_MARK (`reelbatch status` names
+    pending work that no live session serves, and why)."""
+    models = served() + tuple(UNGATED_MARK + m for m in gated()[1])
+    return Meter(settings().gpu_rate(), session_factory(settings().database_url), worker_id(), models=models)
 
 
 _sweeper_pid: int | None = None

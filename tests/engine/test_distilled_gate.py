@@ -4,7 +4,7 @@ flicker; and the engine refusing a registration that names a teacher until a pas
 import numpy as np
 import pytest
 
-from engine import adapt, gates
+from engine import gates
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.gates import UngatedSetting
@@ -70,7 +70,7 @@ def distilled(tmp_path, model_cache):
     models.write_text(f"tiny-fast:\n  path: {tiny}\n  max_sequence_length: 64\n  teacher: tiny\n"
                       "  sampler: {name: flow_euler, shift: 3.0}\n  defaults: {steps: 2, guidance: 1.0}\n")
     registry = load_registry(models)
-    return registry, adapt.identity(registry.get("tiny-fast"), tiny)
+    return registry, Engine(EngineConfig(cache_dir=tmp_path), registry).gate_identity(registry.get("tiny-fast"))
 
 
 def test_the_engine_refuses_a_distilled_registration_until_its_gate_passed(tmp_path, distilled):
@@ -80,7 +80,7 @@ def test_the_engine_refuses_a_distilled_registration_until_its_gate_passed(tmp_p
                                              "its teacher .*reelbatch bench --quality --model tiny-fast"):
         Engine(EngineConfig(cache_dir=tmp_path), registry).render(batch)
     worse = {**TEACHER, "direction": 0.5}
-    video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)]
+    video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)] * gates.MIN_SAMPLE
     failing = gates.distilled_gate("tiny-fast", identity, "tiny", adherence=worse, teacher_adherence=TEACHER,
                                    videos=video, teacher_videos=video, batch=8, speedup=4.0)
     gates.record(tmp_path, failing)

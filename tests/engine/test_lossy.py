@@ -12,7 +12,6 @@ from engine.engine import Engine
 from engine.gates import UngatedSetting
 from engine.metrics import psnr
 from engine.models import Registry
-from engine.text_cache import ALL_PARTS, model_identity
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
@@ -21,8 +20,8 @@ REQUESTS = tuple(RenderRequest(i, f"prompt {i}", None, 300 + i) for i in range(2
 
 
 def passing_gate(cache_dir, setting: str, failures=()) -> gates.Gate:
-    identity = model_identity(ensure_tiny(cache_dir), ALL_PARTS)
-    gate = gates.Gate(model="tiny", identity=identity, setting=setting, count=16, batch=8, speedup=1.5,
+    identity = Engine(EngineConfig(cache_dir=cache_dir), Registry()).gate_identity(Registry().get("tiny"))
+    gate = gates.Gate(model="tiny", identity=identity, setting=setting, count=32, batch=8, speedup=1.5,
                       psnr_db_min=30, psnr_db_mean=35, ssim_min=0.9, adherence={}, exact_adherence={},
                       measured_at=datetime.now(timezone.utc).isoformat(), failures=list(failures))
     gates.record(cache_dir, gate)
@@ -100,7 +99,7 @@ def test_a_gate_is_for_the_model_as_measured(cache_dir):
     Engine(EngineConfig(cache_dir=cache_dir, step_scale=0.5), Registry()).check_gate("tiny")
     recorded = gates.load(cache_dir)
     (key,) = recorded
-    gates.record(cache_dir, gates.Gate(**{**{k: v for k, v in recorded[key].items() if k != "passed"},
+    gates.record(cache_dir, gates.Gate(**{**{k: v for k, v in recorded[key].items() if k not in ("passed", "releases")},
                                           "identity": "another model"}))
     (cache_dir / "quality-gates.json").write_text(
         (cache_dir / "quality-gates.json").read_text().replace(key.split("|")[0], "0" * 64))

@@ -54,3 +54,24 @@ def test_mismatched_or_wrong_inputs_are_refused():
         psnr(video(0).astype(np.float32), video(0))
     with pytest.raises(ValueError, match="at least 7x7"):
         ssim(video(0, (1, 4, 4)), video(0, (1, 4, 4)))
+
+
+def test_ssim_of_one_window_worked_by_hand():
+    # 7x7 frames hold one window position. a = 100 and b = 110 everywhere: no variance, no covariance, so SSIM is
+    # (2*100*110 + C1) / (100^2 + 110^2 + C1) with C1 = (0.01*255)^2 = 6.5025: 22006.5025 / 22106.5025.
+    assert ssim(video(100, (1, 7, 7)), video(110, (1, 7, 7))) == pytest.approx(0.9954764, abs=1e-6)
+    # One pixel of 255 in a black window against black: mean 255/49 = 5.2041, sample variance 65025/49 = 1327.04,
+    # so (C1 / (27.0825 + C1)) * (C2 / (1327.0408 + C2)), C2 = (0.03*255)^2 = 58.5225: 0.193613 * 0.042237.
+    a = video(0, (1, 7, 7))
+    a[0, 3, 3] = 255
+    assert ssim(a, video(0, (1, 7, 7))) == pytest.approx(0.0081777, abs=1e-6)
+
+
+def test_ssim_averages_every_window_position():
+    # 7 high, 8 wide: two positions. b is 110 in columns 0-6 and 100 in column 7; a is 100 everywhere. The first
+    # window is the case above (0.9954764). The second holds 42 values of 110 and 7 of 100: mean 108.5714, sample
+    # variance (6/49 * 100) * 49/48 = 600/48 = 12.5, so (21714.286 + C1) / (21787.755 + C1) * C2 / (12.5 + C2)
+    # = 0.996629 * 0.823999 = 0.821223. Their mean: 0.908350.
+    b = video(110, (1, 7, 8))
+    b[0, :, 7] = 100
+    assert ssim(video(100, (1, 7, 8)), b) == pytest.approx(0.908350, abs=1e-5)

@@ -16,7 +16,6 @@ from engine.experts import experts
 from engine.gates import UngatedSetting
 from engine.metrics import psnr
 from engine.models_file import load_registry
-from engine.text_cache import ALL_PARTS, model_identity
 from engine.types import RenderBatch, RenderRequest
 
 from .wan22 import A14B, REQUESTS, SHAPES, TI2V, frames, write_models_file
@@ -74,8 +73,8 @@ def test_a_long_video_renders_in_chunks_with_either_tie(model_cache, wan22, mode
 
 
 def record_gate(cache_dir, registry, model: str, setting: str) -> None:
-    identity = model_identity(registry.get(model).path, ALL_PARTS)
-    gates.record(cache_dir, gates.Gate(model=model, identity=identity, setting=setting, count=16, batch=8,
+    identity = Engine(EngineConfig(cache_dir=cache_dir), registry).gate_identity(registry.get(model))
+    gates.record(cache_dir, gates.Gate(model=model, identity=identity, setting=setting, count=32, batch=8,
                                        speedup=1.5, psnr_db_min=30, psnr_db_mean=35, ssim_min=0.9, adherence={},
                                        exact_adherence={}, measured_at=datetime.now(timezone.utc).isoformat()))
 

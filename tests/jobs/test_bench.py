@@ -187,8 +187,10 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
     defaults (20 steps, guidance 2), reelbatch's side renders toy-fast at its own (4 steps, one pass, its LoRA,
     sampler and light decoder). Refused, writing nothing, until toy-fast's distilled gate has passed; `--speed-only`
     times it anyway and says why workers would refuse it."""
-    from engine import adapt, gates
-    from engine.models import TOY_FAST, TOY_WEIGHTS
+    from engine import gates
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.models import TOY_FAST, TOY_WEIGHTS, Registry
     from jobs.bench.sides import check_gates
     from jobs.settings import Settings
 
@@ -226,8 +228,9 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
     # A passing record, as `bench --quality --model toy-fast` writes one (that measurement is test_toy_fast's):
     # the check the bench makes before rendering then lets it through.
     teacher = {"colour": 1.0, "shape": 0.8, "direction": 0.95, "background": 1.0, "all_four": 0.75}
-    video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)]
-    gates.record(cache, gates.distilled_gate("toy-fast", adapt.identity(TOY_FAST, TOY_WEIGHTS), "toy",
+    video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)] * gates.MIN_SAMPLE
+    identity = Engine(EngineConfig(cache_dir=cache), Registry()).gate_identity(TOY_FAST)
+    gates.record(cache, gates.distilled_gate("toy-fast", identity, "toy",
                                              adherence=teacher, teacher_adherence=teacher, videos=video,
                                              teacher_videos=video, batch=8, speedup=10.0))
     settings = Settings.from_env({"REELBATCH_CACHE_DIR": str(cache)})

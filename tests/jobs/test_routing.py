@@ -5,6 +5,7 @@ Against SQLite and a real PostgreSQL (and a real Redis for the tickets)."""
 import json
 from datetime import timedelta
 
+import numpy as np
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
@@ -154,3 +155,35 @@ def test_tickets_go_to_their_models_queue(redis_server):
     assert [server.llen(q) for q in ("routing-test.model.toy", "routing-test.model.wan-14b", "routing-test")] \
         == [3, 2, 1]
     server.delete("routing-test.model.toy", "routing-test.model.wan-14b", "routing-test")
+
+
+def test_a_worker_without_a_models_gate_leaves_its_work_and_status_says_why(factory, db_url, registry, tmp_path):
+    """toy-fast is distilled: a worker whose cache holds no passing gate for it serves the rest and claims none of
+    its work (jobs.render.batch.serving), its session marks it ungated, and `status` names the missing gate. Once a
+    passing record of 32 videos exists for its files, the same worker's next claim takes it."""
+    from engine import gates
+    from engine.engine import Engine
+    from jobs.render.batch import gated_models, serving
+
+    submit(factory, registry, tmp_path, "f", "toy-fast", 2, rank=0)
+    settings = Settings.from_env({"REELBATCH_CACHE_DIR": str(tmp_path / "cache"),
+                                  "REELBATCH_WORKER_MODELS": "toy,toy-fast"})
+    engine = Engine(settings.engine_config(), registry)
+    assert gated_models(engine, ("toy", "toy-fast")) == (("toy",), ("toy-fast",))
+    assert claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60, serving=serving(settings, engine)) is None
+
+    add_session(factory, "toy,!toy-fast")  # what such a worker's session records (jobs.work.process.meter)
+    runner, env = CliRunner(), {"REELBATCH_DATABASE_URL": db_url}
+    text = runner.invoke(cli, ["status"], env=env)
+    assert "2 pending: unserved: no gate for toy-fast on any worker" in " ".join(text.output.split()), text.output
+    status = json.loads(runner.invoke(cli, ["status", "--json"], env=env).output)
+    assert (status["unserved"], status["ungated"]) == ({"toy-fast": 2}, ["toy-fast"])
+
+    video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)] * gates.MIN_SAMPLE
+    same = {"colour": 1.0, "shape": 0.8, "direction": 0.95, "background": 1.0}
+    gates.record(settings.cache_dir, gates.distilled_gate(
+        "toy-fast", engine.gate_identity(registry.get("toy-fast")), "toy", adherence=same, teacher_adherence=same,
+        videos=video, teacher_videos=video, batch=8, speedup=8.0))
+    # The record is read at each claim: no restart.
+    assert keys(claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60,
+                                   serving=serving(settings, engine))) == ["f0", "f1"]
