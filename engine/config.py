@@ -63,6 +63,11 @@ class EngineConfig:
     # A Wan 14B pipeline in bf16 is about 40 GB with its text encoder, so two fit an H200 (141 GB) and one a 48 GB
     # card; a worker that serves more models than this reloads on a switch, which its claims avoid (jobs.work.claims).
     max_models: int = 2
+    # Lossy unless native (engine.precision): the precision a model renders at where its registration names none:
+    # auto (native: fp32 on the CPU, bf16 on a GPU), fp32, bf16, fp16, int8-weight, int8, fp8. A mode below native
+    # runs only behind a passing gate for that model and mode. "native" (set by lossless and exact) puts every model
+    # at native precision whatever its registration says.
+    precision: str = "auto"
 
     def exact(self) -> EngineConfig:
         """This config with every switch that changes output bits off: what a plain diffusers call computes."""
@@ -70,7 +75,7 @@ class EngineConfig:
 
     def lossless(self) -> EngineConfig:
         """This config with the lossy accelerators off: the exact mode a gate measures them against."""
-        return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0)
+        return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0, precision="native")
 
     def lossy(self) -> str:
         """The lossy accelerators this config turns on, as a stable key ("" when none): what a gate is recorded

@@ -1,4 +1,5 @@
-"""Quality gates for the lossy accelerators (EngineConfig.step_cache, guidance_fraction, step_scale).
+"""Quality gates for the lossy accelerators (EngineConfig.step_cache, guidance_fraction, step_scale) and for a
+precision below native (engine.precision: setting `precision=MODE`, alone or after the accelerators' key).
 
 A lossy setting trades output for speed, so no worker uses one on faith: `reelbatch bench --quality` renders the
 model's fixed sample set in exact mode and with the setting, and records here whether the setting kept prompt
@@ -183,7 +184,7 @@ def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
             raise UngatedSetting(f"model {model!r} failed its distilled quality gate against its teacher "
                                  f"({'; '.join(found['failures'])}); after changing its files, {how}", setting)
         return found
-    how = f"measure it with `reelbatch bench --quality --model {model} --setting {setting}`"
+    how = f"measure it with `{measure_command(model, setting)}`"
     if found is None:
         raise UngatedSetting(f"lossy setting {setting} has no recorded quality gate for model {model!r} (as its "
                              f"files are now): {how}, or turn it off", setting)
@@ -191,3 +192,13 @@ def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
         raise UngatedSetting(f"lossy setting {setting} failed its quality gate for model {model!r} "
                              f"({'; '.join(found['failures'])}): turn it off or choose another setting", setting)
     return found
+
+
+def measure_command(model: str, setting: str) -> str:
+    """The command that measures `setting`'s gate on `model`: a precision (engine.precision, `precision=MODE`) goes
+    to --precision, the lossy accelerators to --setting."""
+    parts = setting.split(",")
+    modes = [p.partition("=")[2] for p in parts if p.startswith("precision=")]
+    others = ",".join(p for p in parts if not p.startswith("precision="))
+    return (f"reelbatch bench --quality --model {model}" + (f" --setting {others}" if others else "")
+            + "".join(f" --precision {m}" for m in modes))

@@ -1,5 +1,5 @@
 """The loaded-pipeline cache: a registered model's folder found, its gates checked, its pipeline loaded with the
-engine's switches (adapters, expert swap, attention backend, compile, step cache), and at most config.max_models of
+engine's switches (adapters, expert swap, precision, attention backend, compile, step cache), and at most config.max_models of
 them kept, the least recently used unloaded first.
 
 Apart from engine.engine (which renders batches with what this hands it) so that where a model comes from and how
@@ -16,13 +16,14 @@ from pathlib import Path
 
 import torch
 
-from engine import adapt, gates
+from engine import adapt, gates, precision
 from engine.config import EngineConfig
 from engine.errors import ModelNotFound, RenderError
 from engine.experts import ExpertSwap, experts
 from engine.fast_ops import use_fast_vae_norm
 from engine.loading import load_pipeline
 from engine.models import ModelInfo, Registry
+from engine.precision import PrecisionRefused
 from engine.text_cache import ALL_PARTS, model_identity
 from engine.tiny import ensure_builtin
 
@@ -43,11 +44,33 @@ class PipelineCache:
         # `reelbatch bench --quality`, they are being measured).
         self.gate_checked: set[str] = set()
 
+    def precision(self, name: str) -> str:
+        """The precision a registered model renders at here (engine.precision), `auto` resolved: fp32, bf16, fp16,
+        int8-weight, int8 or fp8."""
+        mode = precision.mode_for(self.config.precision, self.registry.get(name).precision)
+        return precision.resolve(mode, precision.native(self.config.torch_dtype()))
+
+    def gate_setting(self, name: str) -> str:
+        """What the model's lossy gate is keyed by here: the lossy accelerators and a precision below native."""
+        return precision.gate_setting(self.config.lossy(), self.precision(name),
+                                      precision.native(self.config.torch_dtype()))
+
+    def check_precision(self, name: str) -> None:
+        """Refuse (engine.precision.PrecisionRefused) a precision this device cannot run, and (UngatedSetting) one
+        below native without its passing gate: at worker start, before any claim."""
+        mode = self.precision(name)
+        problem = precision.device_problem(mode, self.config.torch_device())
+        if problem is not None:
+            raise PrecisionRefused(f"model {name!r}: precision {mode} cannot run here: {problem}")
+        if precision.lossy(mode, precision.native(self.config.torch_dtype())):
+            self.check_gate(name)
+
     def check_gate(self, name: str) -> None:
-        """Refuse (engine.gates.UngatedSetting) the lossy accelerators on a model whose recorded gate did not pass,
-        and a distilled registration (one naming a teacher) whose distilled gate did not."""
+        """Refuse (engine.gates.UngatedSetting) the lossy accelerators or a precision below native on a model whose
+        recorded gate did not pass, and a distilled registration (one naming a teacher) whose distilled gate did
+        not."""
         info = self.registry.get(name)
-        needed = [s for s in (gates.DISTILLED if info.teacher else "", self.config.lossy()) if s]
+        needed = [s for s in (gates.DISTILLED if info.teacher else "", self.gate_setting(name)) if s]
         if needed and name not in self.gate_checked:
             identity = self.gate_identity(info)
             for setting in needed:
@@ -91,12 +114,14 @@ class PipelineCache:
             transformers.utils.logging.disable_progress_bar()
 
             info = self.registry.get(name)
+            self.check_precision(name)
             self.check_gate(name)
-            device, dtype = self.config.torch_device(), self.config.torch_dtype()
+            mode = self.precision(name)
+            device, dtype = self.config.torch_device(), precision.compute_dtype(mode, self.config.torch_dtype())
             path = self.model_path(info)
             # After the checks above, so a model that cannot load unloads none.
             self._make_room(max(self.config.max_models, 1) - 1)
-            log.info("loading model %s from %s on %s (%s)", name, path, device, dtype)
+            log.info("loading model %s from %s on %s (%s, precision %s)", name, path, device, dtype, mode)
             pipe = load_pipeline(info, path, dtype)
             # A registration's adapters fused, its sampler and light decoder (engine.adapt), before compiling.
             self._decoders[name] = adapt.apply(pipe, info, device)
@@ -111,6 +136,11 @@ class PipelineCache:
             if self.config.offloads_text_encoder():
                 pipe.text_encoder.to("cpu")  # to the device only to encode what the cache lacks (Engine._embeddings)
             pipe.set_progress_bar_config(disable=True)
+            if mode in precision.EIGHT_BIT:
+                # After the adapters are fused (their deltas land in float weights) and on the device (torchao
+                # quantizes where the weights are), before compiling (which traces the quantized matmuls).
+                for model in experts(pipe):
+                    precision.quantize(model, mode)
             if self.config.fast_vae_norm:
                 use_fast_vae_norm(pipe.vae)
             # Every switch on each expert (Wan 2.2 A14B has two transformers).
