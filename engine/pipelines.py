@@ -44,33 +44,44 @@ class PipelineCache:
         # `reelbatch bench --quality`, they are being measured).
         self.gate_checked: set[str] = set()
 
-    def precision(self, name: str) -> str:
+    def native(self, device_type: str | None = None) -> str:
+        """The native precision (engine.precision.native): of the config's dtype, on `device_type` where given (so
+        a caller that must not touch CUDA need not), else on the config's device."""
+        if device_type is not None and self.config.dtype == "auto":
+            return "bf16" if device_type == "cuda" else "fp32"
+        return precision.native(self.config.torch_dtype())
+
+    def precision(self, name: str, device_type: str | None = None) -> str:
         """The precision a registered model renders at here (engine.precision), `auto` resolved: fp32, bf16, fp16,
         int8-weight, int8 or fp8."""
         mode = precision.mode_for(self.config.precision, self.registry.get(name).precision)
-        return precision.resolve(mode, precision.native(self.config.torch_dtype()))
+        return precision.resolve(mode, self.native(device_type))
 
-    def gate_setting(self, name: str) -> str:
+    def gate_setting(self, name: str, device_type: str | None = None) -> str:
         """What the model's lossy gate is keyed by here: the lossy accelerators and a precision below native."""
-        return precision.gate_setting(self.config.lossy(), self.precision(name),
-                                      precision.native(self.config.torch_dtype()))
+        return precision.gate_setting(self.config.lossy(), self.precision(name, device_type), self.native(device_type))
 
-    def check_precision(self, name: str) -> None:
+    def check_precision(self, name: str, facts: tuple[str, tuple[int, int] | None] | None = None) -> None:
         """Refuse (engine.precision.PrecisionRefused) a precision this device cannot run, and (UngatedSetting) one
-        below native without its passing gate: at worker start, before any claim."""
-        mode = self.precision(name)
-        problem = precision.device_problem(mode, self.config.torch_device())
+        below native without its passing gate. `facts`: the device's type and CUDA capability
+        (engine.precision.device_facts), for a caller that must not initialise CUDA (a prefork worker's parent);
+        None: asked here."""
+        if facts is None:
+            device = self.config.torch_device()
+            facts = (device.type, torch.cuda.get_device_capability(device) if device.type == "cuda" else None)
+        mode = self.precision(name, facts[0])
+        problem = precision.device_problem(mode, *facts)
         if problem is not None:
             raise PrecisionRefused(f"model {name!r}: precision {mode} cannot run here: {problem}")
-        if precision.lossy(mode, precision.native(self.config.torch_dtype())):
-            self.check_gate(name)
+        if precision.lossy(mode, self.native(facts[0])):
+            self.check_gate(name, facts[0])
 
-    def check_gate(self, name: str) -> None:
+    def check_gate(self, name: str, device_type: str | None = None) -> None:
         """Refuse (engine.gates.UngatedSetting) the lossy accelerators or a precision below native on a model whose
         recorded gate did not pass, and a distilled registration (one naming a teacher) whose distilled gate did
         not."""
         info = self.registry.get(name)
-        needed = [s for s in (gates.DISTILLED if info.teacher else "", self.gate_setting(name)) if s]
+        needed = [s for s in (gates.DISTILLED if info.teacher else "", self.gate_setting(name, device_type)) if s]
         if needed and name not in self.gate_checked:
             identity = self.gate_identity(info)
             for setting in needed:

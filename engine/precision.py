@@ -104,20 +104,42 @@ def compute_dtype(mode: str, native_dtype: torch.dtype) -> torch.dtype:
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(mode, native_dtype)
 
 
-def device_problem(mode: str, device: torch.device) -> str | None:
-    """Why `mode` cannot run on `device` (None when it can)."""
+def device_problem(mode: str, device_type: str, capability: tuple[int, int] | None) -> str | None:
+    """Why `mode` cannot run on a device of `device_type` ("cuda", "cpu", ...) and CUDA `capability` (None when it
+    can)."""
     if mode != "fp8":
         return None
+    need = f"{FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]}"
+    if device_type != "cuda" or capability is None:
+        return (f"fp8 needs a CUDA GPU with FP8 units (compute capability {need} or above: Ada, Hopper, Blackwell); "
+                f"this device is {device_type}")
+    if tuple(capability) < FP8_CAPABILITY:
+        return f"fp8 needs FP8 units (compute capability {need} or above); this GPU is {capability[0]}.{capability[1]}"
+    return None
+
+
+def device_facts(device: str) -> tuple[str, tuple[int, int] | None]:
+    """The device type and, for CUDA, its compute capability, without initialising CUDA in this process: a prefork
+    worker's parent must not (CUDA does not survive fork, celery#6036), so CUDA is asked in a child process."""
+    import subprocess
+    import sys
+
     import torch
 
-    if device.type != "cuda":
-        return (f"fp8 needs a CUDA GPU with FP8 units (compute capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} "
-                f"or above: Ada, Hopper, Blackwell); this device is {device.type}")
-    capability = torch.cuda.get_device_capability(device)
-    if capability < FP8_CAPABILITY:
-        return (f"fp8 needs FP8 units (compute capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or above); "
-                f"{torch.cuda.get_device_name(device)} is {capability[0]}.{capability[1]}")
-    return None
+    if device.startswith(("cpu", "mps")) or (device == "auto" and torch.version.cuda is None):
+        return ("cpu" if device == "auto" else device.split(":")[0]), None
+    if torch.cuda.is_initialized():
+        target = torch.device("cuda" if device == "auto" else device)
+        return ("cuda", tuple(torch.cuda.get_device_capability(target))) if torch.cuda.is_available() else ("cpu", None)
+    probe = ("import sys, torch\n"
+             "d = sys.argv[1]\n"
+             "if not torch.cuda.is_available(): print('cpu')\n"
+             "else: print('cuda', *torch.cuda.get_device_capability(torch.device('cuda' if d == 'auto' else d)))\n")
+    out = subprocess.run([sys.executable, "-c", probe, device], capture_output=True, text=True, timeout=120)
+    words = out.stdout.split()
+    if out.returncode != 0 or not words:
+        raise RenderError(f"device {device!r}: cannot read its compute capability: {out.stderr.strip()[-500:]}")
+    return (words[0], (int(words[1]), int(words[2]))) if words[0] == "cuda" else ("cpu", None)
 
 
 def _torchao_config(mode: str):

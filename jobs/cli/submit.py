@@ -95,11 +95,17 @@ def _submit(settings: Settings, manifest: Path, name, model, output, sets, notif
     if spec.notify is not None and settings.webhook_secret is None:
         raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
                          "deliveries could not be signed; set it here and on every worker")
-    if check_gate and (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher):
+    precision = settings.registry().get(spec.model).precision or settings.precision
+    if check_gate and (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher
+                       or precision != "auto"):
         from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
 
         # The embedded worker renders with this process's settings: refuse what it would refuse before writing.
         gated_engine(settings, settings.registry(), spec.model, named_by=str(manifest))
+    elif precision not in ("auto", "fp32", "bf16"):
+        from jobs.quality.evaluate import check_submitted_precision  # here: torch only when a gate is checked
+
+        check_submitted_precision(settings, settings.registry(), spec.model)
     factory = session_factory(settings.database_url)
     large = len(spec.videos) >= PROGRESS_FROM_VIDEOS
     columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
