@@ -17,6 +17,7 @@ from rich.text import Text
 
 from jobs.bench.presets import PRESETS
 from jobs.cli.bench_fleet import bench_fleet, bench_scale
+from jobs.cli.bench_precision import bench_precision
 from jobs.cli.bench_quality import bench_quality
 from jobs.cli.console import err, fail, literal, out, progress_text
 from jobs.cost import profiles
@@ -46,6 +47,11 @@ def bench(
     setting: Annotated[Optional[list[str]], typer.Option(
         "--setting", help="With --quality, repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, "
                           "step_scale (default: a measured list).")] = None,
+    precision: Annotated[Optional[list[str]], typer.Option(
+        "--precision", help="Repeatable: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.precision). Side by "
+                            "side with exact mode and the native engine: speed, transformer weight bytes, peak memory, "
+                            "PSNR to exact. With --quality: measure and record the mode's gate (with each --setting "
+                            "if given).")] = None,
     count: Annotated[int, typer.Option("--count", min=16, max=400, help="With --quality: sample-set size.")] = 80,
     batch: Annotated[int, typer.Option("--batch", min=1, max=64, help="With --quality: videos per batch.")] = 8,
     ladder: Annotated[bool, typer.Option(
@@ -92,7 +98,7 @@ def bench(
     --quality --model of a distilled registration: render it and its teacher at their defaults, judge both and
     record its distilled gate (adherence within 2 points of the teacher's, blank frames, flicker)."""
     if quality:
-        bench_quality(model or "toy", setting, count, batch, json_)
+        bench_quality(model or "toy", setting, count, batch, json_, precision or [])
         return
     if fleet:
         bench_fleet(_counts("--levels", levels, 2000), factor, batch_s, json_)
@@ -112,6 +118,11 @@ def bench(
         fail(UsageError("--speed-only: only with --model (a distilled registration)"))
     if model is not None and (long or ladder):
         fail(UsageError("--model: only the side-by-side bench and --quality take a model"))
+    if precision:
+        if model is not None or long or ladder:
+            fail(UsageError("--precision: the side-by-side bench of the preset's model, or with --quality"))
+        bench_precision(chosen, precision, videos, json_)
+        return
     if long:
         _bench_long(chosen, json_)
         return
