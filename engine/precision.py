@@ -166,11 +166,14 @@ def _torchao_config(mode: str):
     return Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())
 
 
-def quantize(model: torch.nn.Module, mode: str, keep: tuple[str, ...] = KEEP) -> int:
+def quantize(model: torch.nn.Module, mode: str, keep: tuple[str, ...] | None = None) -> int:
     """Quantize `model`'s Linear layers in place to an 8-bit `mode`, except those whose name starts with one of
-    `keep`. Returns how many layers were quantized."""
+    `keep` (default KEEP, read at the call: scripts/precision_keep.py measures other choices). Returns how many
+    layers were quantized."""
     import torch
     from torchao.quantization import quantize_
+
+    keep = KEEP if keep is None else keep
 
     chosen = {name for name, m in model.named_modules()
               if isinstance(m, torch.nn.Linear) and not name.startswith(keep)}
