@@ -15,8 +15,7 @@ matmul dispatches to int8/fp8 kernels (torch._int_mm, torch._scaled_mm), so the 
 torch.compile keep working unchanged; no kernel is written here.
 
 Only the transformer's Linear layers are quantized; the layers in KEEP stay in float, as do its norms, its patch
-embedding (a Conv3d) and the VAE: measured in docs/SPEED.md ("Lower precision"), the output projection and the
-condition embedder hold most of the error an 8-bit transformer adds for a negligible share of its bytes.
+embedding (a Conv3d), the text encoder and the VAE (KEEP below says why and where it was measured).
 
 A mode other than the native one or fp32 changes output bits, so it is a lossy setting like the step cache: the
 engine uses it only behind a passing quality gate recorded for that model and that mode (engine.gates, setting
@@ -41,10 +40,13 @@ MODES = ("auto", *FLOATS, *EIGHT_BIT)
 # EngineConfig.precision's value that puts every model at its native precision, whatever its registration says: the
 # exact mode a gate measures a precision against (EngineConfig.lossless, .exact).
 NATIVE = "native"
-# The transformer layers kept in float under an 8-bit mode, by name prefix: the output projection (proj_out, whose
-# error lands on the predicted velocity unfiltered) and the condition embedder (timestep and text projections: run
-# once a step on a few tokens, so 8 bits would save almost no time). Decided by measurement, docs/SPEED.md.
-KEEP = ("proj_out", "condition_embedder")
+# The transformer layers kept in float under an 8-bit mode, by name prefix. The output projection (proj_out): its
+# error lands on the predicted velocity with nothing after it to average it out, and it is 0.1% of the bytes (1536 x
+# 64 in Wan 2.1). The condition embedder (timestep and text projections) is quantized: it is 17% of the `cpu`
+# preset's 2-block transformer (time_proj alone 14.2M of 112.8M parameters), so keeping it in fp32 would leave the
+# 8-bit modes at 0.38x of fp32's bytes there, and the toy model rendered with every Linear in int8 weights stayed
+# at 47.6 dB mean PSNR to exact. Measured: docs/PERFORMANCE.md, "Lower precision"; scripts/precision_keep.py.
+KEEP = ("proj_out",)
 # FP8 matmuls (torch._scaled_mm) need FP8 tensor cores: compute capability 8.9 (Ada) or above.
 FP8_CAPABILITY = (8, 9)
 SETTING = "precision"

@@ -2,7 +2,7 @@
 quality sample set rendered at native precision (exact mode) and at each 8-bit mode with each choice of kept
 layers, and the PSNR of each to exact, with the transformer's weight bytes.
 
-    PYTHONPATH=$PWD python scripts/precision_keep.py [COUNT]     # prints one JSON object per line
+    PYTHONPATH=$PWD python scripts/precision_keep.py [COUNT [MODE ...]]   # one JSON object per line
 
 The toy model is trained, so its frames are smooth and a PSNR means what it means on a real model; a random-weight
 model's noise would exaggerate every error. docs/SPEED.md records the result.
@@ -30,14 +30,16 @@ CHOICES = {"nothing": (), "proj_out": ("proj_out",), "condition_embedder": ("con
            "both (KEEP)": ("proj_out", "condition_embedder")}
 
 
-def main(count: int) -> None:
+def main(count: int, modes: list[str]) -> None:
     settings = Settings.from_env()
     registry: Registry = settings.registry()
     shape, _ = native_shape(registry, "toy")
     cases = sample_set(count)
     base = EngineConfig(cache_dir=settings.cache_dir).exact()
+    started = time.perf_counter()
     exact = render_cases(Engine(base, registry), shape, cases, count)
-    for mode in ("int8-weight", "int8"):
+    print(json.dumps({"mode": "exact", "seconds": round(time.perf_counter() - started, 2)}), flush=True)
+    for mode in modes:
         for name, keep in CHOICES.items():
             precision.KEEP = keep
             engine = Engine(dataclasses.replace(base, precision=mode), registry)  # exact switches, this mode
@@ -53,4 +55,4 @@ def main(count: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 8)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 8, sys.argv[2:] or ["int8-weight", "int8"])

@@ -13,7 +13,6 @@ machine a one-off timing of a few seconds drifts by 30%, alternation cancels the
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -81,11 +80,11 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
     base = settings.engine_config().lossless()
     configs = lossy_configs(base, candidates, precisions)
     # The measured model at each config's precision, whatever its registration names (exact mode: native).
-    measured = Registry({**registry.models, model: dataclasses.replace(registry.get(model), precision=None)})
+    at_mode = Registry({**registry.models, model: replace(registry.get(model), precision=None)})
     cases = sample_set(count)
     exact_engine = Engine(base, registry)
     identity = exact_engine.gate_identity(registry.get(model))  # the key Engine.check_gate reads
-    engines = [_measured_engine(config, measured, model) for config in configs]  # refused before any render
+    engines = [_measured_engine(config, at_mode, model) for config in configs]  # refused before any render
 
     def timed(engine: Engine) -> tuple[float, list[np.ndarray]]:
         started = time.perf_counter()
