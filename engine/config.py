@@ -70,16 +70,22 @@ class EngineConfig:
     # A Wan 14B pipeline in bf16 is about 40 GB with its text encoder, so two fit an H200 (141 GB) and one a 48 GB
     # card; a worker that serves more models than this reloads on a switch, which its claims avoid (jobs.claims.claims).
     max_models: int = 2
+    # Lossy unless native (engine.precision): the precision a model renders at where its registration names none:
+    # auto (native: fp32 on the CPU, bf16 on a GPU), fp32, bf16, fp16, int8-weight, int8, fp8. A mode below native
+    # runs only behind a passing gate for that model and mode. "native" (set by lossless and exact) puts every model
+    # at native precision whatever its registration says.
+    precision: str = "auto"
 
     def exact(self) -> EngineConfig:
         """This config with every switch that changes output bits off: what a plain diffusers call computes."""
         return replace(self.lossless(), batched_guidance=False, fast_vae_norm=False, compile=False, attention="native")
 
     def lossless(self) -> EngineConfig:
-        """This config with the lossy accelerators off (a gated attention kernel back to "native"): the exact mode a
-        gate measures them against."""
+        """This config with the lossy accelerators off (a gated attention kernel back to "native", every model at
+        native precision): the exact mode a gate measures them against."""
         attention = "native" if gated_attention(self.attention) else self.attention
-        return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0, attention=attention)
+        return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0, attention=attention,
+                       precision="native")
 
     def lossy(self) -> str:
         """The lossy accelerators this config turns on, as a stable key ("" when none): what a gate is recorded

@@ -1,5 +1,6 @@
 """Quality gates for the levers past exact mode: the lossy accelerators (EngineConfig.step_cache, guidance_fraction,
-step_scale), 8-bit attention kernels (EngineConfig.attention "sage"...), and distilled registrations.
+step_scale), 8-bit attention kernels (EngineConfig.attention "sage"...), a precision below native (engine.precision:
+setting `precision=MODE`, alone or after the accelerators' key), and distilled registrations.
 
 A lever trades output for speed, so no worker uses one on faith: `reelbatch bench --quality` renders a sample (the
 toy world's judged set, the user's own manifest, or the shipped prompt set; jobs.quality.prompts) in exact mode and
@@ -263,7 +264,7 @@ def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
                                  f"({'; '.join(found['failures'])}); after changing its files, {how}", setting)
         _require_sample(found, f"model {model!r}'s distilled quality gate", how)
         return found
-    how = f"measure it with `reelbatch bench --quality --model {model} --setting {setting}`"
+    how = f"measure it with `{measure_command(model, setting)}`"
     if found is None:
         raise UngatedSetting(f"lossy setting {setting} has no recorded quality gate for model {model!r} (as its "
                              f"files are now): {how}, or turn it off", setting)
@@ -279,3 +280,13 @@ def _require_sample(found: dict, what: str, how: str) -> None:
         raise UngatedSetting(f"{what} passed on {found['count']} videos, under the {MIN_SAMPLE} a gate needs to "
                              f"release a lever: {how} on {MIN_SAMPLE} or more (--count, or --prompts with that many "
                              f"videos)", found["setting"])
+
+
+def measure_command(model: str, setting: str) -> str:
+    """The command that measures `setting`'s gate on `model`: a precision (engine.precision, `precision=MODE`) goes
+    to --precision, the lossy accelerators to --setting."""
+    parts = setting.split(",")
+    modes = [p.partition("=")[2] for p in parts if p.startswith("precision=")]
+    others = ",".join(p for p in parts if not p.startswith("precision="))
+    return (f"reelbatch bench --quality --model {model}" + (f" --setting {others}" if others else "")
+            + "".join(f" --precision {m}" for m in modes))

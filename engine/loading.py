@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from pathlib import Path
 
 import torch
 
 from engine.errors import ModelNotFound
 from engine.models import ModelInfo
+
+# With torchao installed (engine.precision's 8-bit modes), diffusers imports it as a pipeline loads, and three
+# libraries warn on every load about things reelbatch never uses: torchao that its CUDA-only kernel libraries cannot
+# load on a CPU build, torch's pytree that torchao registers enums the old way, and diffusers that it cannot import
+# torchao tensor classes for checkpoints serialized by torchao (reelbatch loads float safetensors and quantizes after).
+for _name in ("torchao", "torch.utils._pytree", "diffusers.quantizers.torchao.torchao_quantizer"):
+    if _name != "torchao" or torch.version.cuda is None:
+        logging.getLogger(_name).setLevel(logging.ERROR)
 
 
 def pipeline_class(info: ModelInfo):

@@ -90,6 +90,9 @@ class ModelInfo:
     # A diffusers folder whose components fill in those `path` lacks: a fine-tune shipped as only the parts it
     # changed (`toy-i2v` is a transformer over `toy`'s folder).
     base: Path | None = None
+    # The precision it renders at (engine.precision.MODES); None: the engine's default (REELBATCH_PRECISION). A mode
+    # below native is lossy: refused until its quality gate for this model passed.
+    precision: str | None = None
 
     def chunk_plan(self, frames: int) -> ChunkPlan:
         """How a video of `frames` is rendered: one pass, or chunks of the window."""

@@ -15,6 +15,7 @@ import yaml
 from engine.errors import ModelNotFound
 from engine.families import PUBLISHED, FolderFacts, Published, check_image_condition, read_folder
 from engine.models import MODEL_NAME, WAN_DEFAULTS, ModelDefaults, ModelInfo, Registry
+from engine.precision import check_mode
 from engine.registration import Problem, parse_adapters, parse_clip, parse_decoder, parse_sampler, wrap
 
 _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__dataclass_fields__}
@@ -51,6 +52,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
           image_condition: pipeline # takes a manifest's `image`: first_frame or pipeline (absent: it does not)
           mixed_image_batches: true # image and text-only videos of one shape may share a batch
           base: /models/Wan2.1-I2V-14B-480P-Diffusers  # components the folder lacks are loaded from here
+          precision: int8           # engine.precision: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (gated)
     """
     registry = Registry()
     if models_file is None:
@@ -98,6 +100,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
             image_condition=_image_condition(models_file, name, entry.get("image_condition")),
             mixed_image_batches=_flag(models_file, name, "mixed_image_batches", entry.get("mixed_image_batches", True)),
             base=base,
+            precision=_precision(where, entry.get("precision")),
         )
     for info in registry.models.values():
         if info.teacher is not None and (info.teacher not in registry or info.teacher == info.name):
@@ -192,3 +195,13 @@ def _flag(models_file: Path, name: str, key: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ModelNotFound(f"{models_file}: model {name!r}: {key} must be true or false, got {value!r}")
     return value
+
+
+def _precision(where: str, value: object) -> str | None:
+    """A mode of engine.precision.MODES, or None (left out: REELBATCH_PRECISION's)."""
+    if value is None:
+        return None
+    try:
+        return check_mode(value)
+    except ValueError as exc:
+        raise ModelNotFound(f"{where}: {exc}") from None

@@ -1,5 +1,5 @@
 """The loaded-pipeline cache: a registered model's folder found, its gates checked, its pipeline loaded with the
-engine's switches (adapters, expert swap, attention backend, compile, step cache), and at most config.max_models of
+engine's switches (adapters, expert swap, precision, attention backend, compile, step cache), and at most config.max_models of
 them kept, the least recently used unloaded first.
 
 Apart from engine.engine (which renders batches with what this hands it) so that where a model comes from and how
@@ -17,13 +17,14 @@ from pathlib import Path
 
 import torch
 
-from engine import adapt, content_key, gates
+from engine import adapt, content_key, gates, precision
 from engine.config import EngineConfig
 from engine.errors import ModelNotFound, RenderError
 from engine.experts import ExpertSwap, experts
 from engine.fast_ops import use_fast_vae_norm
 from engine.loading import load_pipeline
 from engine.models import ModelInfo, Registry
+from engine.precision import PrecisionRefused
 from engine.text_cache import model_identity
 from engine.tiny import ensure_builtin
 
@@ -48,11 +49,44 @@ class PipelineCache:
         self._gates_passed: set[str] = set()
         self._gate_keys: dict[str, str] = {}
 
-    def check_gate(self, name: str) -> None:
-        """Refuse (engine.gates.UngatedSetting) the lossy accelerators on a model whose recorded gate did not pass,
-        and a distilled registration (one naming a teacher) whose distilled gate did not."""
+    def native(self, device_type: str | None = None) -> str:
+        """The native precision (engine.precision.native): of the config's dtype, on `device_type` where given (so
+        a caller that must not touch CUDA need not), else on the config's device."""
+        if device_type is not None and self.config.dtype == "auto":
+            return "bf16" if device_type == "cuda" else "fp32"
+        return precision.native(self.config.torch_dtype())
+
+    def precision(self, name: str, device_type: str | None = None) -> str:
+        """The precision a registered model renders at here (engine.precision), `auto` resolved: fp32, bf16, fp16,
+        int8-weight, int8 or fp8."""
+        mode = precision.mode_for(self.config.precision, self.registry.get(name).precision)
+        return precision.resolve(mode, self.native(device_type))
+
+    def gate_setting(self, name: str, device_type: str | None = None) -> str:
+        """What the model's lossy gate is keyed by here: the lossy accelerators and a precision below native."""
+        return precision.gate_setting(self.config.lossy(), self.precision(name, device_type), self.native(device_type))
+
+    def check_precision(self, name: str, facts: tuple[str, tuple[int, int] | None] | None = None) -> None:
+        """Refuse (engine.precision.PrecisionRefused) a precision this device cannot run, and (UngatedSetting) one
+        below native without its passing gate. `facts`: the device's type and CUDA capability
+        (engine.precision.device_facts), for a caller that must not initialise CUDA (a prefork worker's parent);
+        None: asked here."""
+        if facts is None:
+            device = self.config.torch_device()
+            facts = (device.type, torch.cuda.get_device_capability(device) if device.type == "cuda" else None)
+        mode = self.precision(name, facts[0])
+        problem = precision.device_problem(mode, *facts)
+        if problem is not None:
+            raise PrecisionRefused(f"model {name!r}: precision {mode} cannot run here: {problem}")
+        if precision.lossy(mode, self.native(facts[0])):
+            self.check_gate(name, facts[0])
+
+    def check_gate(self, name: str, device_type: str | None = None) -> None:
+        """Refuse (engine.gates.UngatedSetting) the lossy accelerators or a precision below native on a model whose
+        recorded gate did not pass, and a distilled registration (one naming a teacher) whose distilled gate did
+        not."""
         info = self.registry.get(name)
-        needed = [s for s in (gates.DISTILLED if info.teacher else "", self.config.lossy()) if s]
+        needed = [s for s in (gates.DISTILLED if info.teacher else "", self.gate_setting(name, device_type)) if s]
         if needed and name not in self.measuring and name not in self._gates_passed:
             identity = self.gate_identity(info)
             for setting in needed:
@@ -99,12 +133,14 @@ class PipelineCache:
             transformers.utils.logging.disable_progress_bar()
 
             info = self.registry.get(name)
+            self.check_precision(name)
             self.check_gate(name)
-            device, dtype = self.config.torch_device(), self.config.torch_dtype()
+            mode = self.precision(name)
+            device, dtype = self.config.torch_device(), precision.compute_dtype(mode, self.config.torch_dtype())
             path = self.model_path(info)
             # After the checks above, so a model that cannot load unloads none.
             self._make_room(max(self.config.max_models, 1) - 1)
-            log.info("loading model %s from %s on %s (%s)", name, path, device, dtype)
+            log.info("loading model %s from %s on %s (%s, precision %s)", name, path, device, dtype, mode)
             pipe = load_pipeline(info, path, dtype)
             # A registration's adapters fused, its sampler and light decoder (engine.adapt), before compiling.
             self._decoders[name] = adapt.apply(pipe, info, device)
@@ -119,6 +155,11 @@ class PipelineCache:
             if self.config.offloads_text_encoder():
                 pipe.text_encoder.to("cpu")  # to the device only to encode what the cache lacks (Engine._embeddings)
             pipe.set_progress_bar_config(disable=True)
+            if mode in precision.EIGHT_BIT:
+                # After the adapters are fused (their deltas land in float weights) and on the device (torchao
+                # quantizes where the weights are), before compiling (which traces the quantized matmuls).
+                for model in experts(pipe):
+                    precision.quantize(model, mode)
             if self.config.fast_vae_norm:
                 use_fast_vae_norm(pipe.vae)
             # Every switch on each expert (Wan 2.2 A14B has two transformers).

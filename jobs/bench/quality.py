@@ -1,4 +1,5 @@
-"""`reelbatch bench --quality`: each lossy accelerator against exact mode on a judgeable model, and its gate.
+"""`reelbatch bench --quality`: each lossy accelerator or precision below native (engine.precision, `--precision`)
+against exact mode on a judgeable model, and its gate.
 
 Exact mode is the engine as configured with the lossy accelerators off (its output is what a plain diffusers call
 computes, to the last bits the lossless switches may round). Every setting renders the same sample
@@ -25,6 +26,8 @@ from engine import gates
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.metrics import psnr, ssim
+from engine.models import Registry
+from engine.precision import NATIVE, PrecisionRefused, check_mode, lossy
 from jobs.errors import UsageError
 from jobs.quality.gate_sample import gate_sample, judged_adherence, render_sample
 from jobs.settings import Settings
@@ -52,30 +55,41 @@ class QualityBench:
                 "released": [g.setting for g in self.gates if g.releases]}
 
 
-def lossy_configs(base: EngineConfig, settings: list[str]) -> list[EngineConfig]:
-    """One config per setting; a malformed one is a usage error naming --setting and its value."""
+def lossy_configs(base: EngineConfig, settings: list[str], precisions: list[str] = ()) -> list[EngineConfig]:
+    """One config per setting (and per precision, each setting at each: engine.precision); a malformed one is a
+    usage error naming --setting or --precision and its value. With precisions, "" is a setting: the precision
+    alone."""
+    for mode in precisions:
+        try:
+            check_mode(mode)
+        except ValueError as exc:
+            raise UsageError(f"--precision: {exc}") from None
     configs = []
     for text in settings:
         try:
             config = base.with_lossy(text)
         except ValueError as exc:
             raise UsageError(f"--setting {text!r}: {exc}") from None
-        if not config.lossy():
+        if not config.lossy() and not precisions:
             raise UsageError(f"--setting {text!r}: turns no lossy accelerator on")
-        configs.append(config)
+        configs += [replace(config, precision=mode) for mode in precisions] or [config]
     return configs
 
 
 def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, count: int, batch: int,
-                      prompts: Path | None = None, on_setting: Callable[[str], None] | None = None) -> QualityBench:
-    """Each candidate against exact mode on the gate's sample (jobs.quality.gate_sample: `prompts`' videos, the toy
-    quality set, or the shipped prompts), its gate recorded."""
+                      prompts: Path | None = None, on_setting: Callable[[str], None] | None = None,
+                      precisions: list[str] = ()) -> QualityBench:
+    """Each candidate (a lossy setting, a precision below native, or both) against exact mode on the gate's sample
+    (jobs.quality.gate_sample: `prompts`' videos, the toy quality set, or the shipped prompts), its gate recorded."""
     registry = settings.registry()
     base = settings.engine_config().lossless()
-    configs = lossy_configs(base, candidates)
+    configs = lossy_configs(base, candidates, precisions)
     sample = gate_sample(registry, model, prompts=prompts, count=count)
+    # The measured model at each config's precision, whatever its registration names (exact mode: native).
+    at_mode = Registry({**registry.models, model: replace(registry.get(model), precision=None)})
     exact_engine = Engine(base, registry)
     identity = exact_engine.gate_identity(registry.get(model))  # the key Engine.check_gate reads
+    engines = [_measured_engine(config, at_mode, model) for config in configs]  # refused before any render
     warm = replace(sample, items=sample.items[:batch])
 
     def timed(engine: Engine) -> tuple[float, list[np.ndarray]]:
@@ -95,10 +109,10 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
              "steps": first.shape.steps, "guidance": first.shape.guidance, "fps": first.fps,
              "shapes": len({i.shape for i in sample.items})}
     result = QualityBench(model, shape, len(sample), batch, exact_s, exact_adherence, sample=sample.label)
-    for config in configs:
+    for config, engine in zip(configs, engines):
+        setting = engine.pipelines.gate_setting(model)
         if on_setting:
-            on_setting(config.lossy())
-        engine = Engine(config, registry, measuring=[model])  # measuring is what the gate is for
+            on_setting(setting)
         render_sample(engine, warm, batch)
         first_s, videos = timed(engine)
         exact_times.append(timed(exact_engine)[0])
@@ -108,7 +122,7 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
         measured = judged_adherence(sample, videos)
         mine = gates.Measured.of(videos)
         gate = gates.Gate(
-            model=model, identity=identity, setting=config.lossy(), count=len(sample), batch=batch,
+            model=model, identity=identity, setting=setting, count=len(sample), batch=batch,
             speedup=min(exact_times[-2:]) / seconds, psnr_db_min=float(min(psnrs)), psnr_db_mean=float(np.mean(psnrs)),
             ssim_min=float(min(ssims)), adherence=measured, exact_adherence=exact_adherence,
             measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -121,3 +135,19 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
         gates.record(settings.cache_dir, gate)
         result.gates.append(gate)
     return result
+
+
+def _measured_engine(config: EngineConfig, registry: Registry, model: str) -> Engine:
+    """An engine that renders `model` with `config`'s lossy settings, its gate not required (measuring is what the
+    gate is for); a precision this device cannot run, or one that is native here (nothing to gate), is a usage
+    error naming --precision."""
+    engine = Engine(config, registry, measuring=[model])
+    if config.precision != NATIVE:
+        try:
+            engine.pipelines.check_precision(model)
+        except PrecisionRefused as exc:
+            raise UsageError(f"--precision {config.precision}: {exc}") from None
+        if not lossy(engine.pipelines.precision(model), engine.pipelines.native()):
+            raise UsageError(f"--precision {config.precision}: {model!r} renders at {engine.pipelines.native()} here "
+                             "(native), or fp32: lossless, no gate to measure")
+    return engine

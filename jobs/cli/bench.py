@@ -18,6 +18,7 @@ from rich.text import Text
 
 from jobs.bench.presets import PRESETS
 from jobs.cli.bench_fleet import bench_fleet, bench_scale
+from jobs.cli.bench_precision import bench_precision
 from jobs.cli.bench_quality import bench_quality
 from jobs.cli.console import err, fail, literal, out, progress_text
 from jobs.cost import profiles
@@ -53,6 +54,11 @@ def bench(
         "--prompts", help="With --quality: a manifest (YAML or JSONL) whose videos, at their own sizes, steps and "
                           "seeds, are the gate's sample (default: the toy set on toy-world models, else the "
                           "shipped prompts at the model's defaults).")] = None,
+    precision: Annotated[Optional[list[str]], typer.Option(
+        "--precision", help="Repeatable: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.precision). Side by "
+                            "side with exact mode and the native engine: speed, transformer weight bytes, peak memory, "
+                            "PSNR to exact. With --quality: measure and record the mode's gate (with each --setting "
+                            "if given).")] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, max=64, help="With --quality: videos per batch.")] = 8,
     ladder: Annotated[bool, typer.Option(
         "--ladder", help="Load-test the worker path at each batch size and worker count of the preset: "
@@ -99,7 +105,7 @@ def bench(
     registration: render it and its teacher on the same sample, judge both and record its distilled gate (flicker,
     motion, blank frames, frozen videos; adherence on the toy world, a CLIP score where registered)."""
     if quality:
-        bench_quality(model or "toy", setting, count, batch, json_, prompts)
+        bench_quality(model or "toy", setting, count, batch, json_, prompts, precision or [])
         return
     if fleet:
         bench_fleet(_counts("--levels", levels, 2000), factor, batch_s, json_)
@@ -119,6 +125,11 @@ def bench(
         fail(UsageError("--speed-only: only with --model (a distilled registration)"))
     if model is not None and (long or ladder):
         fail(UsageError("--model: only the side-by-side bench and --quality take a model"))
+    if precision:
+        if model is not None or long or ladder:
+            fail(UsageError("--precision: the side-by-side bench of the preset's model, or with --quality"))
+        bench_precision(chosen, precision, videos, json_)
+        return
     if long:
         _bench_long(chosen, json_)
         return

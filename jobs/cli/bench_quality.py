@@ -22,14 +22,14 @@ if TYPE_CHECKING:
 
 
 def bench_quality(model: str, setting: list[str] | None, count: int, batch: int, json_: bool,
-                  prompts: Path | None = None) -> None:
+                  prompts: Path | None = None, precision: list[str] = ()) -> None:
     try:
         settings = Settings.from_env()
         registry = settings.registry()
     except ReelbatchError as exc:
         fail(exc)
     distilled = model in registry and registry.get(model).teacher is not None
-    if distilled and setting:
+    if distilled and (setting or precision):
         fail(UsageError(f"--setting: {model!r} is distilled; its gate is against its teacher, not a lossy setting"))
     with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
@@ -44,8 +44,10 @@ def bench_quality(model: str, setting: list[str] | None, count: int, batch: int,
             else:
                 from jobs.bench.quality import run_quality_bench  # here, not at the top: torch only when rendering
 
-                result = run_quality_bench(settings, model, setting or list(CANDIDATES), count=count, batch=batch,
-                                           prompts=prompts, on_setting=describe)
+                # --precision alone measures each mode by itself; with --setting, each setting at each mode.
+                candidates = setting or ([""] if precision else list(CANDIDATES))
+                result = run_quality_bench(settings, model, candidates, count=count, batch=batch,
+                                           prompts=prompts, on_setting=describe, precisions=list(precision))
         except ReelbatchError as exc:
             fail(exc)
     if distilled:

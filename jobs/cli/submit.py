@@ -63,7 +63,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     interrupted = None
     try:
         settings = Settings.from_env()
-        s = submit_manifest(settings, manifest, name, model, output, set_, notify, new_run)
+        s = submit_manifest(settings, manifest, name, model, output, set_, notify, new_run, embedded=True)
         factory = session_factory(settings.database_url)
         resume = embedded.resume_hint(sys.argv[1:], s.name)
         if s.pending_units:
@@ -97,23 +97,30 @@ def check_signable(settings: Settings, manifest: Path, spec) -> None:
 
 def submit_manifest(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
                     team_id: int | None = None, source: str | None = None,
-                    quiet: bool = False) -> queries.Submitted:
+                    quiet: bool = False, embedded: bool = False) -> queries.Submitted:
     """What `submit` does, for it and for the HTTP API (jobs.service): check the manifest, record the run for
     `team_id` (None: the default team), queue its work. `source`: what the run says it came from (default: the
     manifest's path). Progress goes to stderr for large manifests, unless `quiet` (a server's threads: rich shows
-    one live display at a time)."""
+    one live display at a time). `embedded`: `run`'s worker renders here, so this device's precision is checked
+    too."""
     with nullcontext() if quiet else err.status(literal(f"validating {manifest}")):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
                              notify=notify, sets=sets or (), policy=settings.manifest_policy())
     if source is not None:
         spec = dataclasses.replace(spec, source=source)
     check_signable(settings, manifest, spec)
-    if settings.engine_config().lossy() or settings.registry().get(spec.model).teacher:
+    precision = settings.registry().get(spec.model).precision or settings.precision
+    if (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher
+            or (embedded and precision != "auto")):
         from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
 
         # `run`'s embedded worker renders with this process's settings, and `submit`'s workers refuse to claim what
         # has no passing gate (jobs.render.batch.gated_models): refuse it here, before writing, with one message.
         gated_engine(settings, settings.registry(), spec.model, named_by=str(manifest))
+    elif precision not in ("auto", "fp32", "bf16"):
+        from jobs.quality.evaluate import check_submitted_precision  # here: torch only when a gate is checked
+
+        check_submitted_precision(settings, settings.registry(), spec.model)
     factory = session_factory(settings.database_url)
     large = len(spec.videos) >= PROGRESS_FROM_VIDEOS
     columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -60,6 +60,9 @@ def worker(
         served = settings.served_models()
         settings.engine_config()
         check_worker_config(settings)
+        from jobs.quality.evaluate import check_precisions  # here: torch only for the command that renders
+
+        check_precisions(settings, settings.registry(), served)  # a served model's precision, before any claim
     except ReelbatchError as exc:
         fail(exc)
     # The task processes read these options from this process's state (a prefork child inherits it when it

@@ -22,10 +22,13 @@ class Rate:
         return round(seconds * self.usd_per_hour / 3600 * 1e6)
 
 
-def charge(video_id: int, kind: str, seconds: float, rate: Rate, session_id: int | None) -> CostRecord:
-    """One cost record: `seconds` of worker time spent on a video, at `rate`, by the worker session `session_id`."""
+def charge(video_id: int, kind: str, seconds: float, rate: Rate, session_id: int | None,
+           precision: str | None = None) -> CostRecord:
+    """One cost record: `seconds` of worker time spent on a video, at `rate`, by the worker session `session_id`;
+    a render's, with the `precision` it rendered at."""
     return CostRecord(video_id=video_id, kind=kind, seconds=seconds, rate_usd_per_hour=rate.usd_per_hour,
-                      rate_source=rate.source, amount_micro_usd=rate.micro_usd(seconds), session_id=session_id)
+                      rate_source=rate.source, amount_micro_usd=rate.micro_usd(seconds), session_id=session_id,
+                      precision=precision)
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,9 @@ class CostRecord(Timestamps, Base):
     rate_source: Mapped[str] = mapped_column(Text)
     # Money as integer micro-dollars: exact sums, no float drift, no Decimal warnings on SQLite.
     amount_micro_usd: Mapped[int] = mapped_column(BigInteger)
+    # A render's charge ("gpu"): the precision it rendered at (engine.precision: fp32, bf16, int8, ...); None on
+    # other charges and on records older than the column.
+    precision: Mapped[str | None] = mapped_column(String(16))
 
     video: Mapped[Video] = relationship(back_populates="costs", lazy="raise")
 

@@ -174,11 +174,61 @@ def gated_engine(settings: Settings, registry: Registry, model: str, *, named_by
     `named_by` (where the model was named; default `--model NAME`), a lossy setting without its gate one naming the
     variables; either says which gate and the command that measures it."""
     from engine.gates import DISTILLED, UngatedSetting
+    from engine.precision import PrecisionRefused
 
     engine = Engine(settings.engine_config(), registry)
     try:
+        engine.pipelines.check_precision(model)
         engine.check_gate(model)
+    except PrecisionRefused as exc:
+        raise UsageError(f"{precision_source(settings, registry, model)}: {exc}") from None
     except UngatedSetting as exc:
-        where = (named_by or f"--model {model}") if exc.setting == DISTILLED else LOSSY_VARIABLES
+        where = ((named_by or f"--model {model}") if exc.setting == DISTILLED
+                 else precision_source(settings, registry, model) if "precision=" in exc.setting else LOSSY_VARIABLES)
         raise UsageError(f"{where}: {exc}") from None
     return engine
+
+
+def precision_source(settings: Settings, registry: Registry, model: str) -> str:
+    """Where a model's precision was set: its registration's `precision:` in the models file, or REELBATCH_PRECISION."""
+    if registry.get(model).precision is not None:
+        return f"{settings.models_file}: model {model!r}: precision"
+    return "REELBATCH_PRECISION"
+
+
+def check_precisions(settings: Settings, registry: Registry, models: tuple[str, ...], *,
+                     device_facts: tuple[str, tuple[int, int] | None] | None = None) -> None:
+    """Refuse, before a worker claims anything, a served model's precision this device cannot run (fp8 without FP8
+    units) or one below native without its passing gate: a usage error naming where the precision was set, the
+    registration and the mode. `device_facts` (engine.precision.device_facts): read without initialising CUDA when
+    not given, as a prefork worker's parent must not."""
+    from engine.gates import UngatedSetting
+    from engine.precision import PrecisionRefused
+    from engine.precision import device_facts as read_facts
+
+    config = settings.engine_config()
+    if config.precision == "auto" and all(registry.get(m).precision in (None, "auto") for m in models):
+        return  # every model at native precision: nothing to refuse, and no device to ask
+    facts = device_facts or read_facts(config.device)
+    engine = Engine(config, registry)
+    for model in models:
+        try:
+            engine.pipelines.check_precision(model, facts)
+        except (PrecisionRefused, UngatedSetting) as exc:
+            raise UsageError(f"{precision_source(settings, registry, model)}: {exc}") from None
+
+
+def check_submitted_precision(settings: Settings, registry: Registry, model: str) -> None:
+    """At submit, where the workers' device is unknown: refuse a precision below native on every device (fp16 and
+    the 8-bit modes) that has no passing gate for the model. A worker checks the rest (fp8's FP8 units, bf16 on a
+    CPU) when it starts."""
+    from engine.gates import UngatedSetting
+    from engine.precision import lossy, mode_for
+
+    config = settings.engine_config()
+    if not lossy(mode_for(config.precision, registry.get(model).precision), None):
+        return
+    try:
+        Engine(config, registry).pipelines.check_gate(model, device_type="cpu")  # any device: these modes are lossy on all
+    except UngatedSetting as exc:
+        raise UsageError(f"{precision_source(settings, registry, model)}: {exc}") from None

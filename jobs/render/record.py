@@ -37,6 +37,7 @@ class VideoOutput:
     # None: all of render, encode and upload (nothing overlapped).
     charged: float | None = None
     poster_uri: str | None = None  # None: no poster could be stored (jobs.render.posters)
+    precision: str | None = None  # what it rendered at (engine.precision), recorded on its "gpu" charge
 
     @property
     def charged_s(self) -> float:
@@ -102,13 +103,14 @@ def _succeed(s: Session, row: WorkUnit, video: Video, out: VideoOutput, rate: Ra
     video.encode_s, video.upload_s = out.encode_s, out.upload_s
     video.seam_score, video.needs_review = out.seam_score, out.needs_review
     video.last_error = row.last_error = None
-    s.add(charge(video.id, "gpu", out.charged_s, rate, session_id))
+    s.add(charge(video.id, "gpu", out.charged_s, rate, session_id, out.precision))
     if storage is not None:
         s.add_all(storage.records(video.id, out.bytes))
 
 
 def record_chunk(factory: Factory, unit: ClaimedUnit, checkpoint: str, render_s: float,
-                 stages: dict[str, float], charged_s: float, rate: Rate, session_id: int | None = None) -> bool:
+                 stages: dict[str, float], charged_s: float, rate: Rate, session_id: int | None = None,
+                 precision: str | None = None) -> bool:
     """A long video's chunk (not its last) finished: its latents are at `checkpoint`; its seconds go on the video's
     row and `charged_s` is charged now, to this worker's session; the video waits (pending) for its next chunk,
     which becomes claimable. False if the lease was lost."""
@@ -125,7 +127,7 @@ def record_chunk(factory: Factory, unit: ClaimedUnit, checkpoint: str, render_s:
         following = s.scalar(select(WorkUnit).where(WorkUnit.video_id == video.id, WorkUnit.chunk == row.chunk + 1)
                              .with_for_update())
         following.ready = True
-        s.add(charge(video.id, "gpu", charged_s, rate, session_id))
+        s.add(charge(video.id, "gpu", charged_s, rate, session_id, precision))
         return True
 
 

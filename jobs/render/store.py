@@ -110,6 +110,7 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
         attempts = _attempt_all(factory, engine, claim, todo, rendered, settings, meter.clock)
     own_total = sum(seconds for _, seconds in attempts)
     stored: list[tuple[ClaimedUnit, VideoOutput]] = []  # recorded together after the loop, in one transaction
+    rendered_at = engine.pipelines.precision(claim.batch.shape.model)  # on each render's charge (engine.precision)
     for unit, video, (outcome, seconds) in zip(todo, rendered, attempts):
         spent = render_share + (span.seconds * seconds / own_total if own_total > 0 else 0.0)
         match outcome:
@@ -123,10 +124,11 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
                 continue
             case Checkpointed(key):
                 readied += record.record_chunk(factory, unit, key, render_share, video.stages, spent, meter.rate,
-                                               meter.session_id)
+                                               meter.session_id, rendered_at)
                 prometheus.GPU_SECONDS.inc(spent)
             case Stored(out):
-                stored.append((unit, replace(out, render_s=render_share, charged=spent)))
+                stored.append((unit, replace(out, render_s=render_share, charged=spent,
+                                             precision=rendered_at)))
             case _:
                 assert_never(outcome)
     recorded = record.record_successes(factory, stored, meter.rate, settings.storage_price(), meter.session_id)

@@ -55,6 +55,7 @@ class Settings:
     step_cache: float
     guidance_fraction: float
     step_scale: float
+    precision: str
     seam_review: float
     lease_s: float
     max_attempts: int

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.precision import MODES, check_mode
 from jobs.errors import UsageError
 from jobs.settings.readers import (
     BadValue,
@@ -58,6 +59,14 @@ class Variable:
         except BadValue as exc:
             got = f"a value of {len(raw)} characters" if self.secret else repr(raw)
             raise UsageError(f"environment variable {self.name}: {exc}, got {got}") from None
+
+
+def precision_mode(raw: str) -> str:
+    """engine.precision's modes (the models file's `precision:` takes the same)."""
+    try:
+        return check_mode(raw.strip())
+    except ValueError:
+        raise BadValue(f"expected one of {', '.join(MODES)}") from None
 
 
 V = Variable
@@ -136,6 +145,10 @@ VARIABLES: tuple[Variable, ...] = (
       "lossy: classifier-free guidance on this fraction of the steps (the first ones); gated"),
     V("REELBATCH_STEP_SCALE", "step_scale", fraction, 1.0, "`1`",
       "lossy: render this fraction of each video's requested steps; gated"),
+    V("REELBATCH_PRECISION", "precision", precision_mode, "auto", "`auto`",
+      "the precision a model renders at where its registration names none (`precision:`, docs/MODELS.md): `auto` "
+      "(native: fp32 on a CPU, bf16 on a GPU), `fp32`, `bf16`, `fp16`, `int8-weight`, `int8`, `fp8` (CUDA 8.9+); "
+      "below native, lossy: used only behind a passing quality gate for that model and mode"),
     V("REELBATCH_SEAM_REVIEW", "seam_review", positive, 2.0, "2",
       "a long video whose seam score is above this is marked `needs_review` in reports"),
     # Faults and limits.

@@ -2,14 +2,14 @@
 that runs recorded before teams (and runs the CLI records) belong to
 
 Revision ID: 0012
-Revises: 0009
+Revises: 0011
 Create Date: 2026-12-03
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0012'
-down_revision = '0009'
+down_revision = '0011'
 branch_labels = None
 depends_on = None
 

@@ -104,3 +104,15 @@ def test_a_distilled_model_is_refused_until_bench_quality_records_its_gate_again
     accepted = cli(["run", str(manifest), "--json"], tmp_path, env)
     assert accepted.returncode == 0, accepted.stderr
     assert json.loads(accepted.stdout)["counts"]["succeeded"] == 1
+
+
+
+def test_bench_quality_refuses_a_precision_it_cannot_measure_before_rendering(tmp_path, env):
+    fp8 = cli(["bench", "--quality", "--precision", "fp8"], tmp_path, env, timeout=300)
+    assert fp8.returncode == 2 and "--precision fp8: model 'toy': precision fp8 cannot run here" in \
+        " ".join(fp8.stderr.split())
+    native = cli(["bench", "--quality", "--precision", "fp32"], tmp_path, env, timeout=300)
+    assert native.returncode == 2 and "lossless, no gate to measure" in " ".join(native.stderr.split())
+    unknown = cli(["bench", "--quality", "--precision", "int4"], tmp_path, env, timeout=300)
+    assert unknown.returncode == 2 and "--precision: precision must be one of auto" in " ".join(unknown.stderr.split())
+    assert gates.load(tmp_path / "cache") == {}, "nothing measured, nothing recorded"

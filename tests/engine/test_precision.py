@@ -1,0 +1,128 @@
+"""Precision modes (engine.precision): what an 8-bit layer holds, which layers stay in float, what a device and a
+missing gate refuse, and a gated int8 render of the tiny model."""
+
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+import torch
+
+from engine import gates, precision
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.errors import ModelNotFound
+from engine.gates import UngatedSetting
+from engine.metrics import psnr
+from engine.models import Registry
+from engine.models_file import load_registry
+from engine.precision import PrecisionRefused
+from engine.text_cache import ALL_PARTS, model_identity
+from engine.tiny import ensure_tiny
+from engine.types import RenderBatch, RenderRequest, Shape
+
+SHAPE = Shape("tiny", 64, 48, 9, 4, 5.0)
+REQUESTS = tuple(RenderRequest(i, f"prompt {i}", None, 300 + i) for i in range(2))
+
+
+class Two(torch.nn.Module):
+    """A block's Linear and an output projection, named as in Wan's transformer."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.Linear(64, 32)
+        self.proj_out = torch.nn.Linear(32, 16)
+
+
+@pytest.mark.parametrize("mode", ["int8-weight", "int8"])
+def test_an_int8_linear_holds_a_byte_a_weight_and_a_scale_and_zero_point_a_row(mode):
+    model = Two()
+    # fp32: blocks 64*32*4 + 32*4 (bias) = 8320; proj_out 32*16*4 + 16*4 = 2112.
+    assert precision.weight_bytes(model) == 8320 + 2112
+    assert precision.quantize(model, mode) == 1, "proj_out is kept in float"
+    # blocks in int8: 64*32 one-byte weights, a float32 scale (4 bytes) and an int8 zero point (1 byte) for each of
+    # its 32 output rows, and its float32 bias: 2048 + 128 + 32 + 128 = 2336. proj_out unchanged: 2112.
+    assert precision.weight_bytes(model) == 2336 + 2112
+    x = torch.randn(3, 64)
+    assert model.blocks(x).shape == (3, 32)
+
+
+def test_with_nothing_kept_every_linear_is_quantized():
+    model = Two()
+    assert precision.quantize(model, "int8-weight", keep=()) == 2
+    # proj_out in int8: 32*16 + 16*4 + 16 + 16*4 (bias) = 656.
+    assert precision.weight_bytes(model) == 2336 + 656
+
+
+@pytest.mark.parametrize("mode, native, lossy", [
+    ("auto", "fp32", False), ("fp32", "fp32", False), ("bf16", "fp32", True), ("fp16", "fp32", True),
+    ("int8-weight", "fp32", True), ("int8", "bf16", True), ("bf16", "bf16", False), ("fp32", "bf16", False),
+    ("fp16", "bf16", True), ("fp8", "bf16", True),
+    # At submit the device is unknown: only what is lossy on every device counts.
+    ("bf16", None, False), ("fp16", None, True), ("int8", None, True), ("auto", None, False),
+])
+def test_a_mode_is_lossy_below_native_and_fp32_never(mode, native, lossy):
+    assert precision.lossy(mode, native) is lossy
+
+
+def test_fp8_needs_fp8_units():
+    assert "this device is cpu" in precision.device_problem("fp8", "cpu", None)
+    assert "this GPU is 8.0" in precision.device_problem("fp8", "cuda", (8, 0))  # A100: no FP8 units
+    assert precision.device_problem("fp8", "cuda", (8, 9)) is None and precision.device_problem("fp8", "cuda", (9, 0)) is None
+    assert precision.device_problem("int8", "cpu", None) is None
+
+
+def test_a_models_file_names_an_unknown_precision(tmp_path, model_cache):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"tiny8:\n  path: {ensure_tiny(model_cache)}\n  precision: int4\n")
+    with pytest.raises(ModelNotFound, match=r"models.yaml: model 'tiny8': precision must be one of auto, fp32, bf16, "
+                                            r"fp16, int8-weight, int8, fp8, got 'int4'"):
+        load_registry(models)
+    models.write_text(f"tiny8:\n  path: {ensure_tiny(model_cache)}\n  precision: int8\n")
+    assert load_registry(models).get("tiny8").precision == "int8"
+
+
+@pytest.fixture
+def cache_dir(tmp_path, model_cache):
+    """A cache folder of this test's own (its gates file) holding the session's tiny model."""
+    ensure_tiny(model_cache)
+    (tmp_path / "models").symlink_to(model_cache / "models")
+    return tmp_path
+
+
+def record_gate(cache_dir, setting: str) -> None:
+    gates.record(cache_dir, gates.Gate(
+        model="tiny", identity=model_identity(ensure_tiny(cache_dir), ALL_PARTS), setting=setting, count=16, batch=8,
+        speedup=1.0, psnr_db_min=30, psnr_db_mean=35, ssim_min=0.9, adherence={}, exact_adherence={},
+        measured_at=datetime.now(timezone.utc).isoformat()))
+
+
+def test_fp8_on_a_cpu_and_an_ungated_mode_are_refused_naming_the_model_and_mode(cache_dir):
+    with pytest.raises(PrecisionRefused, match=r"model 'tiny': precision fp8 cannot run here: fp8 needs a CUDA GPU "
+                                               r"with FP8 units .* this device is cpu"):
+        Engine(EngineConfig(cache_dir=cache_dir, precision="fp8"), Registry()).pipelines.check_precision("tiny")
+    engine = Engine(EngineConfig(cache_dir=cache_dir, precision="int8"), Registry())
+    with pytest.raises(UngatedSetting, match=r"lossy setting precision=int8 has no recorded quality gate for model "
+                                             r"'tiny'.*`reelbatch bench --quality --model tiny --precision int8`"):
+        engine.pipelines.check_precision("tiny")
+    with pytest.raises(UngatedSetting):
+        engine.render(RenderBatch(SHAPE, REQUESTS))
+    # Native precision (fp32 on this CPU) needs no gate.
+    Engine(EngineConfig(cache_dir=cache_dir, precision="fp32"), Registry()).pipelines.check_precision("tiny")
+
+
+def test_a_gated_int8_render_quantizes_the_transformer_and_stays_close_to_exact(cache_dir):
+    exact = [v.frames for v in Engine(EngineConfig(cache_dir=cache_dir).exact(), Registry())
+             .render(RenderBatch(SHAPE, REQUESTS))]
+    record_gate(cache_dir, "precision=int8")
+    engine = Engine(EngineConfig(cache_dir=cache_dir, precision="int8").exact(), Registry())
+    assert engine.pipelines.precision("tiny") == "fp32", "exact mode renders at native precision"
+    engine = Engine(EngineConfig(cache_dir=cache_dir, precision="int8"), Registry())
+    out = engine.render(RenderBatch(SHAPE, REQUESTS))
+    assert all(v.error is None for v in out), [v.error for v in out]
+    transformer = engine.pipeline("tiny").transformer
+    assert type(transformer.blocks[0].ffn.net[2].weight).__name__ == "Int8Tensor"
+    assert type(transformer.proj_out.weight).__name__ == "Parameter", "the output projection stays in float"
+    # Another rounding of the same model: close to exact, not equal.
+    scores = [psnr(v.frames, e) for v, e in zip(out, exact)]
+    assert all(40 < s < 100 for s in scores), scores
+    assert not np.array_equal(out[0].frames, exact[0])
