@@ -54,9 +54,9 @@ def resume(run: RunArg) -> None:
 
 def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (default: all runs).")] = None,
            json_: JsonOpt = False) -> None:
-    """Runs and their video counts by status, and pending work that no live worker serves; for a run with a deadline
-    or a cost cap, its projected finish against its deadline (flagged when at risk) and what it has been charged
-    against its cap."""
+    """Runs and their video counts by status (and how many their checks flagged), and pending work that no live
+    worker serves; for a run with a deadline or a cost cap, its projected finish against its deadline (flagged when
+    at risk) and what it has been charged against its cap."""
     try:
         settings = Settings.from_env()
         factory = session_factory(settings.database_url)
@@ -71,11 +71,12 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     if json_:
         emit_json({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
-             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows], "unserved": unserved})
+             "total": r.total, "counts": r.counts, "flagged": r.flagged, **plans[r.run_id]} for r in rows],
+            "unserved": unserved})
         return
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
-                  box=None, pad_edge=False)
+                  "flagged", box=None, pad_edge=False)
     deadlines = any(p["deadline"] for p in plans.values())
     budgets = any(p["max_cost_usd"] is not None for p in plans.values())
     if deadlines:
@@ -90,7 +91,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         if budgets:
             extra.append(_budget_text(p))
         table.add_row(str(r.run_id), r.name, r.model, str(r.total), *(str(r.counts[k]) for k in
-                      ("pending", "running", "succeeded", "failed", "cancelled")), *extra)
+                      ("pending", "running", "succeeded", "failed", "cancelled")), str(r.flagged), *extra)
     out.print(table)
     for model, n in unserved.items():
         out.print(f"{n} pending: no live worker serves {model}", highlight=False)
