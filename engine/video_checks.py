@@ -49,14 +49,18 @@ class Thresholds:
     """The limits a video's checks are held to. Defaults from measurements (docs/QUALITY.md); a registration may
     set any of them (`checks:` in the models file, engine.models_file)."""
 
-    # Fail when more than this fraction of the frames is blank.
+    # Fail when more than this fraction of the frames is blank (normal renders: 0; all black: 1).
     max_blank: float = 0.5
-    # Fail when the longest frozen stretch is more than this fraction of the frames.
+    # Fail when the longest frozen stretch is more than this fraction of the frames (normal renders: 0; frozen after
+    # the second of 9 frames: 0.889).
     max_frozen: float = 0.5
     # Fail when consecutive frames differ by more than this, in levels of 255 (VBench temporal_flickering's MAD).
-    max_flicker: float = 30.0
-    # Fail when the coarse picture never gets further than this from its first frame, in levels of 255.
-    min_motion: float = 2.0
+    # Normal renders read 4.8-36 (toy and toy-fast, 80 each), per-frame noise 84-86: 50 sits between with room on
+    # both sides (30 flagged one normal video of each model).
+    max_flicker: float = 50.0
+    # Fail when the coarse picture never gets further than this from its first frame, in levels of 255. Normal
+    # renders read 12.9 and more, a still object under grain of +-4 levels at most 1.25, without grain 0.
+    min_motion: float = 4.0
     # Fail when a long video's seam score is over this (engine.stitch.seam_score; REELBATCH_SEAM_REVIEW's default).
     max_seam: float = 2.0
 
