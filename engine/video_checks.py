@@ -111,7 +111,7 @@ class VideoChecks:
         return [c for c in self.all() if not c.passed]
 
     def reason(self) -> str:
-        """What failed, for an error or a report line: "frozen 0.889 > 0.5; motion 0 < 2"."""
+        """What failed, for an error or a report line: "frozen 0.889 > 0.5; motion 0 < 4"."""
         return "; ".join(c.reason() for c in self.failed())
 
     def as_dict(self) -> dict:
@@ -161,10 +161,4 @@ def motion(luma: np.ndarray) -> float:
     hb, wb = h // block, w // block
     coarse = luma[:, :hb * block, :wb * block].reshape(f, hb, block, wb, block).mean(axis=(2, 4))
     return float(np.abs(coarse - coarse[:1]).mean(axis=(1, 2)).max())
-
-
-def as_json(checks: VideoChecks) -> dict:
-    """For a stored row: the checks' values (as_dict) and whether all passed."""
-    return {"passed": checks.passed, **checks.as_dict()}
-
 
