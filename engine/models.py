@@ -15,6 +15,7 @@ from engine.chunks import ChunkPlan, plan
 from engine.errors import ModelNotFound
 from engine.families import PUBLISHED
 from engine.registration import Adapter, Sampler
+from engine.video_checks import DEFAULT_THRESHOLDS, Thresholds
 
 # The longest video: this many windows (Wan: 64 x ~4.75 s, about 5 minutes at 16 fps).
 MAX_CHUNKS = 64
@@ -93,6 +94,9 @@ class ModelInfo:
     # The precision it renders at (engine.precision.MODES); None: the engine's default (REELBATCH_PRECISION). A mode
     # below native is lossy: refused until its quality gate for this model passed.
     precision: str | None = None
+    # The limits every rendered video of this model is checked against (engine.video_checks): the documented
+    # defaults, or the models file's `checks:` mapping over them.
+    checks: Thresholds = DEFAULT_THRESHOLDS
 
     def chunk_plan(self, frames: int) -> ChunkPlan:
         """How a video of `frames` is rendered: one pass, or chunks of the window."""

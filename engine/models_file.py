@@ -17,6 +17,7 @@ from engine.families import PUBLISHED, FolderFacts, Published, check_image_condi
 from engine.models import MODEL_NAME, WAN_DEFAULTS, ModelDefaults, ModelInfo, Registry
 from engine.precision import check_mode
 from engine.registration import Problem, parse_adapters, parse_clip, parse_decoder, parse_sampler, wrap
+from engine.video_checks import DEFAULT_THRESHOLDS, Thresholds
 
 _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__dataclass_fields__}
 
@@ -53,6 +54,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
           mixed_image_batches: true # image and text-only videos of one shape may share a batch
           base: /models/Wan2.1-I2V-14B-480P-Diffusers  # components the folder lacks are loaded from here
           precision: int8           # engine.precision: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (gated)
+          checks: {max_flicker: 45, min_motion: 1.0}  # engine.video_checks.Thresholds over its defaults
     """
     registry = Registry()
     if models_file is None:
@@ -101,6 +103,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
             mixed_image_batches=_flag(models_file, name, "mixed_image_batches", entry.get("mixed_image_batches", True)),
             base=base,
             precision=_precision(where, entry.get("precision")),
+            checks=_checks(models_file, name, entry.get("checks")),
         )
     for info in registry.models.values():
         if info.teacher is not None and (info.teacher not in registry or info.teacher == info.name):
@@ -181,6 +184,23 @@ def _experts(where: str, entry: dict, facts: FolderFacts, published: Published) 
     if not isinstance(offload, bool):
         raise ModelNotFound(f"{where}: offload_idle_expert must be true or false, got {offload!r}")
     return {"guidance_2": None if guidance_2 is None else float(guidance_2), "offload_idle_expert": offload}
+def _checks(models_file: Path, name: str, value: object) -> Thresholds:
+    """The limits its videos are checked against (engine.video_checks.Thresholds): the defaults, with what the
+    mapping names over them; each key known and each value a finite number of at least 0."""
+    if value is None:
+        return DEFAULT_THRESHOLDS
+    where = f"{models_file}: model {name!r}: checks"
+    known = list(Thresholds.__dataclass_fields__)
+    if not isinstance(value, dict):
+        raise ModelNotFound(f"{where} must be a mapping of limits ({', '.join(known)}), got {value!r}")
+    for key, limit in value.items():
+        if key not in known:
+            raise ModelNotFound(f"{where}.{key}: unknown check limit (known: {', '.join(known)})")
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit < float("inf"):
+            raise ModelNotFound(f"{where}.{key} must be a finite number of at least 0, got {limit!r}")
+    return Thresholds(**{**vars(DEFAULT_THRESHOLDS), **{k: float(v) for k, v in value.items()}})
+
+
 IMAGE_CONDITIONS = ("first_frame", "pipeline")
 
 

@@ -169,6 +169,8 @@ def run_engine(side_model: SideModel, preset: Preset, cases: list[tuple[str, int
             "text": sum(r.text_s for r in rows), "denoise": sum(r.denoise_s for r in rows),
             "decode": sum(r.decode_s for r in rows), "encode": sum(r.encode_s for r in rows),
             "upload": sum(r.upload_s for r in rows),
+            # Every video's checks (jobs.render.checks): at most 2% of its render (docs/PERFORMANCE.md).
+            "checks": sum(r.checks_s or 0.0 for r in rows),
         }
         store = open_store(settings.output)
         videos = {int(r.key[1:]): (frames[r.id], store.get(f"bench/{r.key}.mp4")) for r in rows}

@@ -83,6 +83,7 @@ class ClaimedUnit:
     image_uri: str | None = None
     image_sha256: str | None = None
     image_fit: str | None = None
+    on_fail: str = "flag"  # the run's `checks.on_fail` (jobs.render.checks)
 
     @property
     def chunked(self) -> bool:
@@ -141,7 +142,8 @@ def claim_batch(factory: Factory, *, owner: str, max_batch: int, lease_s: float,
             RenderBatch(shape, tuple(RenderRequest(v.id, v.prompt, v.negative_prompt, v.seed) for _, v, _ in claimed)),
             tuple(ClaimedUnit(u.id, u.lease_token + 1, v.id, r.id, v.key, r.name, r.output, v.seed, v.fps, v.frames,
                               u.attempts + 1, v.upload_sha256, u.chunk, v.chunks, v.chunk_overlap,
-                              Encoding(r.codec, r.crf, r.preset), v.image_uri, v.image_sha256, v.image_fit)
+                              Encoding(r.codec, r.crf, r.preset), v.image_uri, v.image_sha256, v.image_fit,
+                              r.checks_on_fail)
                   for u, v, r in claimed),
         )
 

@@ -260,7 +260,7 @@ def print_bench(r: BenchResult) -> None:
     table = Table("", "baseline", "reelbatch", "ratio")
     table.add_row("videos/hour", f"{b.videos_per_hour:.1f}", f"{e.videos_per_hour:.1f}", f"{r.speedup:.2f}x")
     table.add_row("wall s", f"{b.wall_s:.2f}", f"{e.wall_s:.2f}", _ratio(b.wall_s, e.wall_s))
-    for stage in (*STAGES, "other"):
+    for stage in (*STAGES, "checks", "other"):
         x, y = b.stages.get(stage, 0.0), e.stages.get(stage, 0.0)
         table.add_row(f"  {stage} s", f"{x:.2f}", f"{y:.2f}", _ratio(x, y))
     table.add_row("wall / compute", f"{b.wall_s / b.compute_s:.3f}", f"{e.wall_s / e.compute_s:.3f}", "")

@@ -65,9 +65,9 @@ def resume_and_queue(settings: Settings, run: str) -> tuple[str, int]:
 
 def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (default: all runs).")] = None,
            json_: JsonOpt = False) -> None:
-    """Runs and their video counts by status, and pending work that no live worker serves; for a run with a deadline
-    or a cost cap, its projected finish against its deadline (flagged when at risk) and what it has been charged
-    against its cap."""
+    """Runs and their video counts by status (and how many their checks flagged), and pending work that no live
+    worker serves; for a run with a deadline or a cost cap, its projected finish against its deadline (flagged when
+    at risk) and what it has been charged against its cap."""
     try:
         settings = Settings.from_env()
         factory = session_factory(settings.database_url)
@@ -84,13 +84,13 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     if json_:
         emit_json({"runs": [
             {"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
-             "total": r.total, "counts": r.counts, **plans[r.run_id]} for r in rows], "unserved": unserved,
+             "total": r.total, "counts": r.counts, "flagged": r.flagged, **plans[r.run_id]} for r in rows], "unserved": unserved,
             "teams": [dataclasses.asdict(u) for u in usage],
             "ungated": sorted(ungated & set(unserved))})
         return
 
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
-                  box=None, pad_edge=False)
+                  "flagged", box=None, pad_edge=False)
     deadlines = any(p["deadline"] for p in plans.values())
     budgets = any(p["max_cost_usd"] is not None for p in plans.values())
     if deadlines:
@@ -105,7 +105,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         if budgets:
             extra.append(_budget_text(p))
         table.add_row(str(r.run_id), r.name, r.model, str(r.total), *(str(r.counts[k]) for k in
-                      ("pending", "running", "succeeded", "failed", "cancelled")), *extra)
+                      ("pending", "running", "succeeded", "failed", "cancelled")), str(r.flagged), *extra)
     out.print(table)
     for model, n in unserved.items():
         if model in ungated:  # a live worker would serve it but lacks its quality gate (jobs.render.batch)

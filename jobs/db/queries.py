@@ -86,7 +86,7 @@ def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = 
         now = utcnow()
         run = Run(name=name, model=spec.model, output=output, priority=spec.priority, source=spec.source,
                   content_sha256=content, notify_url=spec.notify, codec=spec.encoding.codec, crf=spec.encoding.crf,
-                  preset=spec.encoding.preset, deadline=spec.deadline,
+                  preset=spec.encoding.preset, deadline=spec.deadline, checks_on_fail=spec.on_fail,
                   max_cost_micro_usd=None if spec.max_cost_usd is None else round(spec.max_cost_usd * 1e6),
                   team_id=team_id)
         s.add(run)
@@ -162,6 +162,7 @@ class RunCounts:
     model: str
     created_at: datetime
     counts: dict[str, int]
+    flagged: int = 0  # videos whose checks flagged them (jobs.render.checks), whatever their status
 
     @property
     def total(self) -> int:
@@ -179,12 +180,15 @@ def run_counts(factory: Factory, run: str | None = None, owner: tuple = ()) -> l
         if run is not None:
             query = query.where(Run.id == _run_id(s, run))
         runs = list(s.scalars(query))
-        rows = s.execute(select(Video.run_id, Video.status, func.count()).group_by(Video.run_id, Video.status)
+        rows = s.execute(select(Video.run_id, Video.status, Video.flagged, func.count())
+                         .group_by(Video.run_id, Video.status, Video.flagged)
                          .where(Video.run_id.in_([r.id for r in runs]))).all()
     by_run: dict[int, dict[str, int]] = {r.id: {st.value: 0 for st in Status} for r in runs}
-    for run_id, status, n in rows:
-        by_run[run_id][Status(status).value] = n
-    return [RunCounts(r.id, r.name, r.model, r.created_at, by_run[r.id]) for r in runs]
+    flagged = dict.fromkeys(by_run, 0)
+    for run_id, status, flag, n in rows:
+        by_run[run_id][Status(status).value] += n
+        flagged[run_id] += n if flag else 0
+    return [RunCounts(r.id, r.name, r.model, r.created_at, by_run[r.id], flagged[r.id]) for r in runs]
 
 
 # In a worker session's `models`, a model it would serve but lacks a passing quality gate for (jobs.render.batch.

@@ -88,6 +88,9 @@ class Run(Timestamps, Base):
     # The team that owns it (jobs.db.teams): only that team's tokens see or touch it over HTTP. None: the default
     # team (a run recorded before teams existed, or by code that names none).
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"), index=True)
+    # What a video whose checks fail (engine.video_checks) becomes: "flag" (stored and marked), "retry" (rendered
+    # again once with the next seed) or "fail" (jobs.render.checks).
+    checks_on_fail: Mapped[str] = mapped_column(String(8), default="flag", server_default="flag")
 
     videos: Mapped[list[Video]] = relationship(back_populates="run", lazy="raise", order_by="Video.id")
 
@@ -147,6 +150,11 @@ class Video(Timestamps, Base):
     image_uri: Mapped[str | None] = mapped_column(Text)
     image_sha256: Mapped[str | None] = mapped_column(String(64))
     image_fit: Mapped[str | None] = mapped_column(String(8))
+    # Its checks after its render (engine.video_checks, as JSON text: jobs.render.checks.checks_json), an earlier
+    # attempt's among them when a failed check retried it; `flagged` when the stored video failed one.
+    checks: Mapped[str | None] = mapped_column(Text)
+    flagged: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    checks_s: Mapped[float | None] = mapped_column(Float)  # the checks' seconds (bench's "checks" stage)
 
     run: Mapped[Run] = relationship(back_populates="videos", lazy="raise")
     units: Mapped[list[WorkUnit]] = relationship(back_populates="video", lazy="raise")

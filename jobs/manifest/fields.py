@@ -35,10 +35,10 @@ RESOLUTION_PRESETS = {"480p": (832, 480), "720p": (1280, 720)}
 VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "duration_s", "fps", "steps", "guidance",
                 "image", "fit")
 RUN_FIELDS = ("name", "model", "output", "priority", "notify", "codec", "crf", "preset", "max_cost_usd",
-              "deadline", "defaults", "videos")
+              "deadline", "checks", "defaults", "videos")
 # Run fields that `--set FIELD=VALUE` may give as well (every other `--set` is a video default): a JSONL manifest has
 # no run fields of its own.
-SET_RUN_FIELDS = ("max_cost_usd", "deadline")
+SET_RUN_FIELDS = ("max_cost_usd", "deadline", "checks.on_fail")
 
 # --- Scalars --------------------------------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from engine.models import Registry
 from jobs.errors import UsageError
+from jobs.manifest.checks import DEFAULT_ON_FAIL, pick_on_fail
 from jobs.manifest.fields import (
     RUN_FIELDS,
     VIDEO_FIELDS,
@@ -59,13 +60,14 @@ def load_manifest(
 ) -> RunSpec:
     """Read and check a whole manifest; raise ManifestError listing every problem, or return the run.
 
-    `.yaml`/`.yml`: a run (name, model, output, priority, notify, codec, crf, preset, defaults, videos). `.jsonl`: one
+    `.yaml`/`.yml`: a run (name, model, output, priority, notify, codec, crf, preset, max_cost_usd, deadline, checks,
+    defaults, videos). `.jsonl`: one
     video a line; the run's name (default: the file's stem), model, output, priority and notify come from the keyword
     arguments. For YAML the
     keyword arguments, when given, override the file's values (the file's own value is then not checked), and each
     `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
     from the video, else `defaults`, else the model's defaults; a `sets` entry naming a run field of SET_RUN_FIELDS
-    (`max_cost_usd`, `deadline`) sets that run field instead. `policy` (jobs.manifest.policy; every command passes
+    (`max_cost_usd`, `deadline`, `checks.on_fail`) sets that run field instead. `policy` (jobs.manifest.policy; every command passes
     Settings.manifest_policy()): the URI prefixes `output` must be under, the URL prefixes `notify` must be under
     (none: `notify` is refused), the prefixes an image outside the manifest's folder must be under, and the default
     output. `now` (aware; default the clock): what a deadline must be after, and what a deadline duration counts
@@ -132,6 +134,7 @@ def _assemble(top, entries, report, registry, path, allowed, fallback, name, mod
     run_sets, sets = split_sets(sets)
     cap = pick_max_cost(top, report, run_sets)
     deadline, deadline_form = pick_deadline(top, report, run_sets, now)
+    on_fail = pick_on_fail(top, report, run_sets)
     for key, item in top.items.items():
         if key not in RUN_FIELDS:
             hint = " (video fields go in each video or under 'defaults')" if key in VIDEO_FIELDS else ""
@@ -165,8 +168,8 @@ def _assemble(top, entries, report, registry, path, allowed, fallback, name, mod
     # submit_run adds the output the run is recorded with.
     encoding = Encoding(codec, crf, preset)
     return RunSpec(run_name, model_name, where, prio, str(path.absolute()), tuple(videos),
-                   _content_sha256(run_name, model_name, out, prio, videos, hook, encoding, cap, deadline_form), hook,
-                   encoding, cap, deadline, separate_image_batches=not info.mixed_image_batches)
+                   _content_sha256(run_name, model_name, out, prio, videos, hook, encoding, cap, deadline_form, on_fail),
+                   hook, encoding, cap, deadline, separate_image_batches=not info.mixed_image_batches, on_fail=on_fail)
 
 
 def _pick(top: Map, report, key, override, check, *, required=False, default=None):
@@ -228,7 +231,8 @@ def _canonical(what: str, uri: str) -> str:
 _IMAGE_FIELDS = ("image", "image_sha256", "fit")
 
 
-def _content_sha256(name, model, output, priority, videos, notify, encoding, max_cost_usd, deadline) -> str:
+def _content_sha256(name, model, output, priority, videos, notify, encoding, max_cost_usd, deadline,
+                    on_fail=DEFAULT_ON_FAIL) -> str:
     # Lines are left out with `source`: the same videos written as YAML or as JSONL are the same run; and a text-only
     # video's image fields, so a manifest without images keeps the hash it had before they existed.
     doc = {"name": name, "model": model, "output": output, "priority": priority,
@@ -244,5 +248,7 @@ def _content_sha256(name, model, output, priority, videos, notify, encoding, max
         doc["max_cost_usd"] = max_cost_usd
     if deadline is not None:
         doc["deadline"] = deadline
+    if on_fail != DEFAULT_ON_FAIL:
+        doc["checks"] = {"on_fail": on_fail}
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -81,6 +81,8 @@ class RunSpec:
     # mixed_image_batches false): their work units get a shape key of their own. From the registration, not the
     # manifest, so not part of the content hash.
     separate_image_batches: bool = False
+    # What a video whose checks fail becomes (jobs.manifest.checks): flag, retry or fail.
+    on_fail: str = "flag"
 
 
 def derive_seed(run_name: str, video_id: str) -> int:

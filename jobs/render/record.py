@@ -17,6 +17,7 @@ from jobs.cost.prices import Rate, StoragePrice, charge
 from jobs.db.queries import Factory
 from jobs.db.rows import Video, WorkUnit, utcnow
 from jobs.db.status import Status, move, transition
+from jobs.render.checks import with_earlier
 
 # The render's stages, each with its seconds on the video's row (`text_s`, ...): its share of its batches' stages.
 RENDER_STAGES = ("text", "denoise", "decode")
@@ -38,6 +39,10 @@ class VideoOutput:
     charged: float | None = None
     poster_uri: str | None = None  # None: no poster could be stored (jobs.render.posters)
     precision: str | None = None  # what it rendered at (engine.precision), recorded on its "gpu" charge
+    # Its checks (jobs.render.checks: JSON text, whether they flag it, their seconds); None: not checked (adopted).
+    checks: str | None = None
+    flagged: bool = False
+    checks_s: float | None = None
 
     @property
     def charged_s(self) -> float:
@@ -102,6 +107,8 @@ def _succeed(s: Session, row: WorkUnit, video: Video, out: VideoOutput, rate: Ra
     add_render(video, out.render_s, out.stages, after_earlier=row.chunk > 0)
     video.encode_s, video.upload_s = out.encode_s, out.upload_s
     video.seam_score, video.needs_review = out.seam_score, out.needs_review
+    if out.checks is not None:  # an earlier attempt's, sent back by its checks, stay beside this one's
+        video.checks, video.flagged, video.checks_s = with_earlier(video.checks, out.checks), out.flagged, out.checks_s
     video.last_error = row.last_error = None
     s.add(charge(video.id, "gpu", out.charged_s, rate, session_id, out.precision))
     if storage is not None:

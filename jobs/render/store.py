@@ -25,6 +25,7 @@ from jobs.manifest import keys
 from jobs.observe import prometheus
 from jobs.render import record
 from jobs.render.attempts import Attempt, count_success, decide, error_text, fail_now, retry, tally
+from jobs.render.checks import Checked, ChecksFailed, check, record_refused
 from jobs.render.chunks import drop_checkpoints, stitch_long, store_chunk
 from jobs.render.finisher import BatchResult
 from jobs.render.posters import adopted_poster, put_poster
@@ -82,7 +83,7 @@ class LeaseLost:
     """The lease was taken over before the upload: whoever holds it now stores the video; write nothing."""
 
 
-StoreOutcome = Stored | Checkpointed | Retry | FailNow | LeaseLost
+StoreOutcome = Stored | Checkpointed | Retry | FailNow | LeaseLost | ChecksFailed
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Encoded:
     digest: str
     poster: bytes
     encode_s: float
+    checked: Checked | None = None  # its checks (jobs.render.checks), stored with it
 
 
 def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit],
@@ -122,6 +124,9 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
                 # Whoever holds the lease now stores this video. A worker whose lease was lost writes nothing,
                 # cost records included: its seconds stay on its session (jobs.cost.ledger).
                 continue
+            case ChecksFailed() as refused:  # its run says retry (with the next seed) or fail
+                again = record_refused(factory, unit, refused, spent, meter, settings.max_attempts)
+                failures.append(Attempt.LEASE_LOST if again is None else Attempt.RETRIED if again else Attempt.FAILED)
             case Checkpointed(key):
                 readied += record.record_chunk(factory, unit, key, render_share, video.stages, spent, meter.rate,
                                                meter.session_id, rendered_at)
@@ -228,7 +233,10 @@ def _prepare(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit,
                 return Retry(error_text(exc))
         if video.error is not None:  # the engine refused its frames (engine.checks.checked)
             return _failed(unit, video.error)
-        return _encode(unit, video)
+        checked = check(factory, unit, video, engine.registry.get(claim.batch.shape.model).checks)
+        if isinstance(checked, ChecksFailed):
+            return checked
+        return replace(_encode(unit, video), checked=checked)
     except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
         return _failed(unit, exc)
 
@@ -278,10 +286,11 @@ def _upload(claim: Claim, mark_s: float, seam_review: float, unit: ClaimedUnit, 
             stored, poster_uri = found, adopted_poster(unit, model)
     except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
         return _failed(unit, exc)
-    seams = step.video.seam_score
+    seams, checked = step.video.seam_score, step.checked or Checked(None, False, None)
     return Stored(VideoOutput(stored.uri, stored.bytes, stored.sha256, 0.0, step.encode_s,
                               mark_s + time.perf_counter() - start, dict(step.video.stages), seams,
-                              seams is not None and seams > seam_review, poster_uri=poster_uri))
+                              seams is not None and seams > seam_review, poster_uri=poster_uri,
+                              checks=checked.text, flagged=checked.flagged, checks_s=checked.seconds))
 
 
 def _failed(unit: ClaimedUnit, exc: Exception) -> FailNow | Retry:

@@ -33,6 +33,7 @@ class Figures:
     latencies: list[float]  # seconds from first claim to stored, one per successful video, any order
     stages_s: dict[str, float]  # the successful videos' seconds in each of STAGES, added in id order
     cancelled_by_reason: dict[str, int]  # videos reelbatch cancelled itself ("budget", "deadline"), by reason, sorted
+    flagged: int = 0  # videos whose checks flagged them (jobs.render.checks)
 
 
 def failure_reason(error: str | None) -> str:
@@ -74,4 +75,5 @@ def figures(run: Run, videos: list[tuple[Video, int]]) -> Figures:
         latencies=[(as_utc(v.finished_at) - as_utc(v.started_at)).total_seconds() for v in ok],
         stages_s={stage: ordered_sum(getattr(v, f"{stage}_s") or 0.0 for v in ok) for stage in STAGES},
         cancelled_by_reason={reason: reasons.count(reason) for reason in sorted(set(reasons))},
+        flagged=sum(1 for v, _ in videos if v.flagged),
     )

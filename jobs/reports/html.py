@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from collections.abc import Callable
 from datetime import timezone
 
@@ -18,6 +19,7 @@ import numpy as np
 from jobs.db.rows import Run, Video
 from jobs.db.status import Status
 from jobs.reports.summary import STAGES
+from jobs.reports.text import failed_checks
 
 THUMB = 192  # pixels wide a poster is drawn at (small clips are scaled up, pixelated)
 CHART_W, CHART_H = 480, 160
@@ -61,8 +63,9 @@ def _histogram(values: list[float], bins: int = 10) -> tuple[list[float], list[s
 
 def _row(r: dict) -> str:
     seams = "" if r["seam_score"] is None else f"{r['seam_score']:.2f}"
+    checks = "" if r["checks"] is None else f"FLAGGED: {failed_checks(r['checks'])}" if r["flagged"] else "ok"
     return (f"<tr><td>{html.escape(r['id'])}</td><td>{r['status']}</td><td>{r['frames']}@{r['fps']}</td>"
-            f"<td>{r['chunks']}</td><td>{seams}</td><td>{r['cost_usd']:.6f}</td>"
+            f"<td>{r['chunks']}</td><td>{seams}</td><td>{html.escape(checks)}</td><td>{r['cost_usd']:.6f}</td>"
             f"<td>{html.escape(r['error'] or '')}</td></tr>")
 
 
@@ -80,21 +83,24 @@ def html_report(report: dict, run: Run, videos: list[tuple[Video, int]],
     stage_cost = [report["stages_s"][s] * (usd_per_worker_s or 0.0) for s in STAGES]
     kinds = report["cost"].get("by_kind_usd", {})
 
-    cards = []
-    for v in ok:
+    # Flagged videos first (jobs.render.checks), each with its poster and what failed; then the rest.
+    cards, flagged_cards = [], []
+    for v in sorted(ok, key=lambda v: not v.flagged):
         poster = poster_of(v)
         if poster is None:
             continue
         img = (f'<img alt="{html.escape(v.key)} poster" src="data:image/jpeg;base64,'
                f'{base64.b64encode(poster).decode("ascii")}" width="{THUMB}" '
                f'height="{round(THUMB * v.height / v.width)}">')
-        cards.append(f'<figure>{img}<figcaption><b>{html.escape(v.key)}</b> {html.escape(v.prompt)}'
-                     f'</figcaption></figure>')
+        why = f"<br><i>flagged: {html.escape(failed_checks(json.loads(v.checks)))}</i>" if v.flagged and v.checks \
+            else ""
+        (flagged_cards if v.flagged else cards).append(
+            f'<figure>{img}<figcaption><b>{html.escape(v.key)}</b> {html.escape(v.prompt)}{why}</figcaption></figure>')
     counts = ", ".join(f"{n} {k}" for k, n in report["counts"].items() if n)
     cost = report["cost"]
     per = cost["per_successful_video_usd"]
     margin = report.get("gross_margin")
-    rows = "".join(_row(r) for r in report["videos"])
+    rows = "".join(_row(r) for r in sorted(report["videos"], key=lambda r: not r["flagged"]))
     latency = report["render_latency_s"]
     latency_text = (f"P50 {latency['p50']:.2f} s, P95 {latency['p95']:.2f} s, P99 {latency['p99']:.2f} s"
                     if latency else "none")
@@ -114,14 +120,15 @@ table {{ border-collapse: collapse; font-size: 12px; }} td, th {{ padding: 2px 8
 {f" + ${cost['idle_usd']:.6f} idle worker time" if cost.get('idle_usd') else ""}; {f"${per:.6f} per successful video" if per else "no successful video"}\
 {f"; gross margin {margin['gross_margin']:.1%} at ${margin['price_per_video_second_usd']:g} per video-second" if margin else ""}.
 Render latency {latency_text}.</p>
-<section><h2>Contact sheet</h2>{"".join(cards) or "<p>no stored videos</p>"}</section>
+{f'<section id="flagged"><h2>Flagged by their checks</h2>{"".join(flagged_cards)}</section>' if flagged_cards else ""}\
+<section><h2>Contact sheet</h2>{"".join(cards) or ("<p>no stored videos</p>" if not flagged_cards else "")}</section>
 <section><h2>Throughput over time</h2>{_svg_throughput(finished)}</section>
 <section><h2>Render latency (claim to stored), seconds</h2>{_svg_bars(*_histogram(latencies), "videos")}</section>
 <section><h2>Cost by stage, USD</h2>{_svg_bars(stage_cost, list(STAGES), "USD")}</section>
 <section><h2>Cost by charge, USD (idle: this run's share of its workers' idle time)</h2>\
 {_svg_bars(list(kinds.values()), list(kinds), "USD") if kinds else "<p>no charges</p>"}</section>
 <section><h2>Videos</h2><table><tr><th>id</th><th>status</th><th>frames</th><th>chunks</th><th>seams</th>
-<th>cost $</th><th>error</th></tr>{rows}</table></section>
+<th>checks</th><th>cost $</th><th>error</th></tr>{rows}</table></section>
 <script>
 window.addEventListener("error", function (event) {{
   document.body.dataset.errors = (document.body.dataset.errors || "") + event.message + ";";

@@ -73,7 +73,9 @@ ENTRY = (
     ("encode_s", _float("v.encode_s")), ("upload_s", _float("v.upload_s")), ("chunks", _int("v.chunks")),
     ("seam_score", _float("v.seam_score")), ("needs_review", _bool("v.needs_review")),
     ("cancel_reason", _text("v.cancel_reason")), ("image", _text("v.image_uri")),
-    ("image_sha256", _text("v.image_sha256")), ("fit", _text("v.image_fit")), ("cost_usd", _float("c.cost_usd")),
+    ("image_sha256", _text("v.image_sha256")), ("fit", _text("v.image_fit")), ("flagged", _bool("v.flagged")),
+    # Stored as JSON text that Python's json module writes back unchanged (jobs.render.checks.checks_json).
+    ("checks", "coalesce(v.checks, 'null')"), ("cost_usd", _float("c.cost_usd")),
 )
 # One format() per entry, its template the entry's keys and separators (%% is psycopg's escape of format's %): the
 # text is built once, where a chain of 56 `||` copied the growing entry at each step (0.1-0.3 s of the server's CPU
@@ -131,6 +133,7 @@ def figures(s: Session, run: Run, total_micro: int) -> Figures:
             "GROUP BY last_error ORDER BY min(id)"), params | {"failed": Status.FAILED.value}):
         reason = failure_reason(error)
         failures[reason] = failures.get(reason, 0) + n
+    flagged = s.execute(text("SELECT count(*) FROM videos WHERE run_id = :run AND flagged"), params).scalar_one()
     reasons = dict(s.execute(text(
         "SELECT cancel_reason, count(*) FROM videos WHERE run_id = :run AND status = :cancelled "
         "AND cancel_reason <> '' GROUP BY cancel_reason"), params | {"cancelled": Status.CANCELLED.value}).all())
@@ -140,17 +143,18 @@ def figures(s: Session, run: Run, total_micro: int) -> Figures:
         queue_waits=waits or [], latencies=latencies or [],
         stages_s={stage: (0 if not ok else value if value is not None else 0.0) for stage, value in zip(STAGES, stages)},
         cancelled_by_reason={reason: reasons[reason] for reason in sorted(reasons)},
+        flagged=flagged,
     )
 
 
 def listed_rows(s: Session, run: Run, listed: int) -> list[tuple[Video, int]]:
-    """The rows the text report lists: the first `listed` videos and every one with an error, each with its cost (as
-    jobs.db.queries.load_report gives them)."""
+    """The rows the text report lists: the first `listed` videos and every one with an error or flagged, each with its
+    cost (as jobs.db.queries.load_report gives them)."""
     cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
             .where(CostRecord.video_id == Video.id).scalar_subquery())
     first = select(Video.id).where(Video.run_id == run.id).order_by(Video.id).limit(listed)
     rows = s.execute(select(*Video.__table__.columns, cost.label("cost_micro_usd"))
-                     .where(Video.run_id == run.id, or_(Video.id.in_(first), Video.last_error != ""))
+                     .where(Video.run_id == run.id, or_(Video.id.in_(first), Video.last_error != "", Video.flagged))
                      .order_by(Video.id)).all()
     return [(v, int(v.cost_micro_usd)) for v in rows]
 

@@ -1,7 +1,8 @@
 """A run's result files, in the manner of OpenAI's Batch API, written next to its videos once every video is done:
 
 - `{output}{run}/results.jsonl`: one line per video: id, status, uri, poster_uri, sha256, frames, fps, duration_s,
-  seed, cost, timings, and the image it started from (URI and SHA-256; null for text only);
+  seed, cost, timings, the image it started from (URI and SHA-256; null for text only), and its checks
+  (jobs.render.checks: each check's value, limit and verdict; `flagged` when one failed);
 - `{output}{run}/errors.jsonl`: one line per failed or cancelled video: id, error code (the failure's class; for a
   cancelled video "cancelled", or "budget" or "deadline" when its run's cap or deadline cancelled it) and message.
 
@@ -29,6 +30,7 @@ def result_files(run: Run, videos: list[tuple[Video, int]]) -> tuple[bytes, byte
             "frames": v.frames, "fps": v.fps,
             "duration_s": v.duration_s, "seed": v.seed, "cost_usd": micro / 1e6, "chunks": v.chunks,
             "seam_score": v.seam_score, "image": v.image_uri, "image_sha256": v.image_sha256,
+            "flagged": v.flagged, "checks": json.loads(v.checks) if v.checks else None,
             "timings": {"render_s": v.render_s, "text_s": v.text_s, "denoise_s": v.denoise_s, "decode_s": v.decode_s,
                         "encode_s": v.encode_s, "upload_s": v.upload_s,
                         "started_at": v.started_at.isoformat() if v.started_at else None,

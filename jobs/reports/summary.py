@@ -11,6 +11,8 @@ everything here is the same for both.
 
 from __future__ import annotations
 
+import json
+
 from jobs.cost.prices import Price
 from jobs.db.rows import Run, Video, as_utc
 from jobs.db.status import Status
@@ -68,15 +70,18 @@ def entry(v: Video, micro: int) -> dict:
         "render_s": v.render_s, "encode_s": v.encode_s, "upload_s": v.upload_s,
         "chunks": v.chunks, "seam_score": v.seam_score, "needs_review": v.needs_review,
         "cancel_reason": v.cancel_reason, "image": v.image_uri, "image_sha256": v.image_sha256, "fit": v.image_fit,
+        # Its checks (jobs.render.checks), as stored; flagged when a stored (or failed) video failed one.
+        "flagged": v.flagged, "checks": json.loads(v.checks) if v.checks else None,
         "cost_usd": micro / 1e6,
     }
 
 
 def report_dict(run: Run, videos: list[tuple[Video, int]], price: Price | None = None,
                 ledger: dict | None = None, listed: int | None = None) -> dict:
-    """`listed`: give per-video entries only for the first `listed` videos and those with an error (what the text
-    report shows; building 100,000 entries took it 1.5 s); None: every video."""
-    rows = [entry(v, micro) for i, (v, micro) in enumerate(videos) if listed is None or i < listed or v.last_error]
+    """`listed`: give per-video entries only for the first `listed` videos and those with an error or flagged (what
+    the text report shows; building 100,000 entries took it 1.5 s); None: every video."""
+    rows = [entry(v, micro) for i, (v, micro) in enumerate(videos)
+            if listed is None or i < listed or v.last_error or v.flagged]
     return report_of(run, figures(run, videos), rows, price, ledger)
 
 
@@ -88,6 +93,7 @@ def report_of(run: Run, f: Figures, rows: list[dict], price: Price | None = None
         "encoding": {"codec": run.codec, "crf": run.crf, "preset": run.preset}, "notify": run.notify_url,
         "source": run.source, "created_at": run.created_at.isoformat(), "counts": f.counts,
         "cost": extra.pop("cost"), **extra, **limits(run, f),
+        "checks": {"on_fail": run.checks_on_fail, "flagged": f.flagged},
         "videos": rows,
     }
 

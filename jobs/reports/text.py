@@ -36,19 +36,30 @@ def literal(text: object, style: str = "") -> Text:
 TEXT_ROWS = 100
 
 
+def failed_checks(checks: dict | None) -> str:
+    """A video's failed checks as "frozen 0.889 > 0.5; motion 0 < 2" (motion has a floor, the others a ceiling)."""
+    failed = [(name, c) for name, c in (checks or {}).items() if isinstance(c, dict) and not c["passed"]]
+    return "; ".join(f"{name} {c['value']:.3g} {'<' if name == 'motion' else '>'} {c['limit']:g}" for name, c in failed)
+
+
 def print_report(console: Console, data: dict) -> None:
     console.print(Text.assemble(f"run {data['run_id']} ", literal(data["name"], "bold"),
                                 literal(f" ({data['model']}) -> {data['output']}")), soft_wrap=True)
-    table = Table("id", "status", "frames", "size", "chunks", "seams", "KiB", "sha256", "cost $", box=None,
+    table = Table("id", "status", "frames", "size", "chunks", "seams", "checks", "KiB", "sha256", "cost $", box=None,
                   pad_edge=False)
     table.columns[0].overflow = "fold"  # an id is shown whole, wrapped if it must be, never cut short
+    # Flagged videos first (jobs.render.checks): what a person should look at before the rest.
     videos = data["videos"]
-    for v in videos[:TEXT_ROWS]:
+    flagged = [v for v in videos if v["flagged"]]
+    for v in (flagged + [v for v in videos if not v["flagged"]])[:TEXT_ROWS]:
         kib = f"{v['bytes'] / 1024:.1f}" if v["bytes"] is not None else ""
         seams = "" if v["seam_score"] is None else f"{v['seam_score']:.2f}" + (" REVIEW" if v["needs_review"] else "")
+        verdict = "" if v["checks"] is None else "FLAGGED" if v["flagged"] else "ok"
         table.add_row(literal(v["id"]), v["status"], f"{v['frames']}@{v['fps']}", f"{v['width']}x{v['height']}",
-                      str(v["chunks"]), seams, kib, (v["sha256"] or "")[:12], f"{v['cost_usd']:.6f}")
+                      str(v["chunks"]), seams, verdict, kib, (v["sha256"] or "")[:12], f"{v['cost_usd']:.6f}")
     console.print(table)
+    for v in flagged[:TEXT_ROWS]:
+        console.print(literal(f"  FLAGGED {v['id']}: {failed_checks(v['checks'])}"), soft_wrap=True)
     errors = [v for v in videos if v["error"]]
     for v in errors[:TEXT_ROWS]:
         console.print(literal(f"  {v['id']}: {v['error']}"), soft_wrap=True)
@@ -62,7 +73,11 @@ def print_report(console: Console, data: dict) -> None:
     per_text = f"${per:.6f} per successful video" if per is not None else "no successful videos"
     idle = data["cost"]["idle_usd"]
     idle_text = f" + ${idle:.6f} idle worker time ({data['cost']['idle_s']:.1f} s, its share)" if idle else ""
-    console.print(f"{counts}; total ${data['cost']['total_usd']:.6f}{idle_text}; {per_text}", highlight=False)
+    checks = data["checks"]
+    flagged_text = f"; {checks['flagged']} flagged by their checks (on_fail: {checks['on_fail']})" \
+        if checks["flagged"] else ""
+    console.print(f"{counts}{flagged_text}; total ${data['cost']['total_usd']:.6f}{idle_text}; {per_text}",
+                  highlight=False)
     if data["failures_by_reason"]:
         console.print(literal("failures: " + ", ".join(f"{n} {reason}" for reason, n in
                                                        data["failures_by_reason"].items())), soft_wrap=True)

@@ -1,14 +1,14 @@
 """the precision a video rendered at, on its render's cost records (engine.precision: fp32, bf16, int8, ...)
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-03
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0011'
-down_revision = '0009'
+down_revision = '0010'
 branch_labels = None
 depends_on = None
 

@@ -30,7 +30,9 @@ def test_bench_small_runs_both_sides_and_reports_every_field(tmp_path, model_cac
     for side in ("baseline", "engine"):
         s = r[side]
         assert s["videos"] == 4 and s["wall_s"] > 0
-        assert set(s["stages"]) == {"text", "denoise", "decode", "encode", "upload", "other"}
+        # The worker path checks every video (jobs.render.checks); the diffusers script does not.
+        assert set(s["stages"]) == {"text", "denoise", "decode", "encode", "upload", "other",
+                                    *(["checks"] if side == "engine" else [])}
         assert s["stages"]["denoise"] > 0 and s["stages"]["decode"] > 0 and s["stages"]["encode"] > 0
         # Rendering is one thread of work, so its stages fit in the wall time; encoding and upload may overlap it.
         assert s["stages"]["text"] + s["stages"]["denoise"] + s["stages"]["decode"] <= s["wall_s"]
@@ -220,7 +222,7 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
     assert r["engine"]["config"]["max_batch"] == 2, "4 videos in two batches, so storing one overlaps the next"
     for side in ("baseline", "engine"):
         assert r[side]["videos"] == 4 and set(r[side]["stages"]) == {"text", "denoise", "decode", "encode", "upload",
-                                                                      "other"}
+                                                                      "other", *(["checks"] if side == "engine" else [])}
     env_ = r["environment"]
     assert set(env_["versions"]) == {"torch", "diffusers", "transformers", "peft", "av"} and all(env_["versions"].values())
     assert env_["commit"] == "unknown" or len(env_["commit"].removesuffix("+dirty")) == 40

@@ -202,16 +202,19 @@ def test_every_way_the_cli_prints_user_text_shows_it_unchanged(wide, capsys, tex
     shown_in(text, capsys.readouterr().err)
     # A run's report (run and report): its name, model, output, a video's id and error, a failure reason.
     video = {"id": text, "status": "failed", "frames": 9, "fps": 8, "width": 32, "height": 32, "chunks": 1,
-             "seam_score": None, "needs_review": False, "bytes": None, "sha256": None, "cost_usd": 0.0, "error": text}
+             "seam_score": None, "needs_review": False, "bytes": None, "sha256": None, "cost_usd": 0.0, "error": text,
+             "flagged": True, "checks": {"motion": {"value": 0.5, "limit": 4.0, "passed": False}}}
     data = {"run_id": 1, "name": text, "model": text, "output": text, "videos": [video], "counts": {"failed": 1},
             "cost": {"per_successful_video_usd": None, "idle_usd": 0, "total_usd": 0.0}, "failures_by_reason":
             {text: 1}, "throughput": {"videos_per_hour": 0}, "queue_wait_s": None, "render_latency_s": None,
-            "stages_s": {}, "gross_margin": None, "cancelled_by_reason": {}, "max_cost_usd": None, "deadline": None}
+            "stages_s": {}, "gross_margin": None, "cancelled_by_reason": {}, "max_cost_usd": None, "deadline": None,
+            "checks": {"on_fail": "flag", "flagged": 1}}
     print_report(out, data)
     printed = capsys.readouterr().out
     shown_in(f"run 1 {text} ({text}) -> {text}", printed)
     shown_in(f"  {text}: {text}", printed)
     shown_in(f"failures: 1 {text}", printed)
+    shown_in(f"  FLAGGED {text}: motion 0.5 < 4", printed)
     row = printed.splitlines()[2]  # the table's id cell, whole, then the status
     assert row.startswith(visible(text)) and row[len(visible(text)):].lstrip(" ").startswith("failed")
     # A table of names (status, schedule list, ledger, settings) and a plain line (cancel, resume, wrote ...).

@@ -2,6 +2,7 @@
 window's shape, checkpoints in the store, the stitch, the seam score, and a resume after a lost worker."""
 
 import dataclasses
+import json
 import time
 
 import numpy as np
@@ -93,6 +94,9 @@ def test_a_long_video_is_chunks_that_batch_with_short_videos(farm):
     assert (info.frames, info.fps) == (LONG_FRAMES, 8) and info.duration_s == pytest.approx(LONG_FRAMES / 8)
     assert decode_frames((out / "l" / "long.mp4").read_bytes()).shape == (LONG_FRAMES, 64, 64, 3)
     assert long.seam_score is not None and long.seam_score > 0 and long.needs_review == (long.seam_score > 2.0)
+    # Its checks include its seams (jobs.render.checks), against the registration's limit (2.0 by default).
+    seam = json.loads(long.checks)["seam"]
+    assert (seam["value"], seam["limit"], seam["passed"]) == (round(long.seam_score, 6), 2.0, long.seam_score <= 2.0)
     # One charge per chunk, as each finished: its render share, plus the checkpoint (or, for the last, stitching,
     # encoding and upload) that no render overlapped.
     charged = sum(c.seconds for c in costs)

@@ -15,6 +15,7 @@ from jobs.db import queries
 from jobs.db.connect import session_factory, upgrade
 from jobs.db.rows import CostRecord, Run, Video, WorkerSession
 from jobs.db.status import Status
+from jobs.render.checks import checks_json, with_earlier
 from jobs.reports import postgres
 from jobs.reports.summary import entry, report_dict
 
@@ -110,11 +111,18 @@ def test_awkward_values_read_the_same_both_ways(pg):
         _video("v1", Status.SUCCEEDED, start=10.123457, end=40.000001, duration_s=0.1, text_s=0.1, denoise_s=1e-05,
                encode_s=5.0, upload_s=1000000000000000.2, render_s=-0.0, guidance=1e16, prompt=HOSTILE,
                uri="file:///o/ö/v1.mp4", poster_uri="file:///o/ö/v1.jpg", bytes=2**40, sha256="a" * 64,
-               image_uri="s3://b/i.png", image_sha256="b" * 64, image_fit="crop", seam_score=0.30000000000000004),
+               image_uri="s3://b/i.png", image_sha256="b" * 64, image_fit="crop", seam_score=0.30000000000000004,
+               # Checks as the worker stores them (jobs.render.checks), with floats whose text is long.
+               flagged=True, checks=checks_json(2**63 - 1, {"flicker": {"value": 0.30000000000000004, "limit": 50.0,
+                                                                        "passed": True},
+                                                            "motion": {"value": 1e-05, "limit": 4.0,
+                                                                       "passed": False}}, False)),
         _video("v2", Status.SUCCEEDED, start=11, end=99.999999, duration_s=0.2, text_s=0.2, decode_s=123456789012345.0,
                encode_s=4503599627370495.5, seam_score=math.nan, needs_review=True, chunks=3),
         _video("v3", Status.SUCCEEDED, start=12.5, end=13, duration_s=0.3, text_s=0.3, upload_s=1.5e300,
-               guidance=math.inf, seam_score=-math.inf),
+               guidance=math.inf, seam_score=-math.inf,
+               checks=with_earlier(checks_json(7, {"blank": {"value": 0.0, "limit": 0.5, "passed": True}}, True),
+                                   checks_json(8, {"blank": {"value": 1.0, "limit": 0.5, "passed": False}}, False))),
         _video(HOSTILE, Status.FAILED, start=1, end=2, last_error='failed after 3 attempts: RenderError: "x" \\ y'),
         _video("v5", Status.FAILED, start=3, end=4, last_error=None, attempts=3),
         _video("v6", Status.FAILED, last_error='failed after 3 attempts: RenderError: "x" \\ y'),

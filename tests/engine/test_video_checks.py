@@ -1,0 +1,115 @@
+"""The reference-free checks on small synthetic videos made bad on purpose, each value worked out by hand.
+
+Every video is 16x16 (so the motion check's blocks are single pixels: 16 // 16 = 1) on a gray 128 background; a
+"square" is a 4x4 block of white 240. BT.709's luma weights add up to 1, so a gray pixel's luma is its level.
+"""
+
+import numpy as np
+import pytest
+
+from engine.video_checks import Thresholds, check_video
+
+GRAY, WHITE = 128, 240
+
+
+def frames(n: int) -> np.ndarray:
+    return np.full((n, 16, 16, 3), GRAY, dtype=np.uint8)
+
+
+def square_at(video: np.ndarray, t: int, x: int) -> None:
+    video[t, 0:4, x:x + 4] = WHITE
+
+
+def verdicts(checks) -> dict[str, bool]:
+    return {c.name: c.passed for c in checks.all()}
+
+
+def test_an_all_black_video_is_blank_frozen_and_still():
+    checks = check_video(np.zeros((5, 16, 16, 3), dtype=np.uint8))
+    # Every frame black: 5 of 5 blank. Every step 0: one stretch of all 5 frames. No change from frame 0.
+    assert (checks.blank.value, checks.frozen.value, checks.flicker.value, checks.motion.value) == (1.0, 1.0, 0.0, 0.0)
+    assert verdicts(checks) == {"blank": False, "frozen": False, "flicker": True, "motion": False}
+    assert checks.reason() == "blank 1 > 0.5; frozen 1 > 0.5; motion 0 < 4"
+
+
+def test_a_video_frozen_after_its_second_frame_is_frozen():
+    video = frames(5)
+    square_at(video, 0, 0)
+    for t in range(1, 5):
+        square_at(video, t, 2)  # moved 2 px, then never again
+    checks = check_video(video)
+    # Step 0->1: columns 0-1 turn gray and 4-5 white, 4 rows: 16 pixels x 3 channels x 112 levels over 768 values = 7;
+    # steps 1->2, 2->3, 3->4: 0. Frozen: frames 1-4, 4 of 5 = 0.8. Flicker: (7 + 0 + 0 + 0) / 4 = 1.75.
+    # Motion: 16 of 256 luma pixels 112 away from frame 0 = 7.
+    assert checks.frozen.value == 0.8
+    assert checks.flicker.value == pytest.approx(1.75)
+    assert checks.motion.value == pytest.approx(7.0, abs=1e-4)
+    assert checks.blank.value == 0.0
+    assert verdicts(checks) == {"blank": True, "frozen": False, "flicker": True, "motion": True}
+
+
+def test_per_frame_noise_flickers():
+    # A checkerboard that inverts every frame: every pixel changes by 255 at every step.
+    y, x = np.indices((16, 16))
+    video = np.stack([np.where((x + y + t) % 2 == 0, 255, 0) for t in range(5)]).astype(np.uint8)
+    video = np.repeat(video[..., None], 3, axis=3)
+    checks = check_video(video)
+    # Flicker 255 > 50. Half the pixels black (0.5 < 0.98) and far from flat: no blank frame. Motion: frames 1 and 3
+    # differ from frame 0 by 255 everywhere.
+    assert (checks.flicker.value, checks.blank.value, checks.frozen.value) == (255.0, 0.0, 0.0)
+    assert checks.motion.value == pytest.approx(255.0, abs=1e-3)
+    assert verdicts(checks) == {"blank": True, "frozen": True, "flicker": False, "motion": True}
+
+
+def test_uniform_random_noise_reads_about_85_levels_of_flicker():
+    # Two independent uniform levels 0..255 differ by (256^2 - 1) / (3 x 256) = 85.33 on average.
+    video = np.random.default_rng(0).integers(0, 256, (9, 32, 32, 3), dtype=np.uint8)
+    checks = check_video(video)
+    assert checks.flicker.value == pytest.approx(85.33, abs=0.5)
+    assert not checks.flicker.passed and not checks.passed
+
+
+def test_an_object_that_stays_still_with_grain_has_no_motion():
+    # The prompt moves the square; it stays at x=6, and the whole picture wobbles by one level every other frame.
+    video = frames(5)
+    for t in range(5):
+        square_at(video, t, 6)
+        video[t] += t % 2
+    checks = check_video(video)
+    # Every step changes every value by 1: flicker 1 (not frozen: 1 > 0.255). Motion: frames 1 and 3 are 1 level of
+    # luma from frame 0 everywhere: 1 < 4.
+    assert checks.flicker.value == 1.0 and checks.frozen.value == 0.0
+    assert checks.motion.value == pytest.approx(1.0, abs=1e-4)
+    assert verdicts(checks) == {"blank": True, "frozen": True, "flicker": True, "motion": False}
+    assert checks.reason() == "motion 1 < 4"
+
+
+def test_a_moving_square_passes_every_check():
+    video = frames(5)
+    for t in range(5):
+        square_at(video, t, 2 * t)
+    checks = check_video(video)
+    # Each step: 16 pixels x 3 x 112 / 768 = 7. Frame 4 (square at x=8) shares no pixel with frame 0's (x=0):
+    # 32 of 256 luma pixels 112 away = 14.
+    assert checks.flicker.value == pytest.approx(7.0)
+    assert checks.motion.value == pytest.approx(14.0, abs=1e-4)
+    assert checks.passed and checks.failed() == [] and checks.seam is None
+
+
+def test_a_seam_score_is_checked_against_its_limit():
+    video = frames(5)
+    for t in range(5):
+        square_at(video, t, 2 * t)
+    assert check_video(video, seam_score=1.5).seam.passed
+    checks = check_video(video, Thresholds(max_seam=1.2), seam_score=1.5)
+    assert checks.reason() == "seam 1.5 > 1.2"
+    assert checks.as_dict()["seam"] == {"value": 1.5, "limit": 1.2, "passed": False}
+
+
+def test_thresholds_must_be_finite_and_not_negative():
+    with pytest.raises(ValueError, match="min_motion must be a finite number of at least 0, got -1"):
+        Thresholds(min_motion=-1)
+    with pytest.raises(ValueError, match="max_flicker must be a finite number of at least 0, got nan"):
+        Thresholds(max_flicker=float("nan"))
+    with pytest.raises(ValueError, match="frames must be uint8"):
+        check_video(np.zeros((3, 16, 16, 3), dtype=np.float32))
