@@ -21,4 +21,16 @@ python3 -m venv .venv
 
 # Fail, never skip, when a server the tests need is missing.
 export REELBATCH_REQUIRE_SERVICES=1
-exec .venv/bin/python -m pytest "$@"
+# Two parts. First everything but the `quiet` tests on 3 pytest-xdist workers, a test module to a worker, the slowest
+# modules first (tests/xdist_units.py says why: most of the slow tests wait on the real clock). Then the `quiet` tests,
+# which time renders on the real clock, alone on the machine. REELBATCH_TEST_WORKERS=0 runs the first part in one
+# process. Exit status 5 is pytest's "no tests collected" (arguments that select no quiet test, or only quiet ones).
+workers="${REELBATCH_TEST_WORKERS:-3}"
+status=0
+.venv/bin/python -m pytest -p tests.xdist_units -n "$workers" --dist loadscope --no-loadscope-reorder -m "not quiet" "$@" || status=$?
+[ "$status" -eq 5 ] && status=0
+quiet=0
+.venv/bin/python -m pytest -m quiet "$@" || quiet=$?
+[ "$quiet" -eq 5 ] && quiet=0
+[ "$status" -ne 0 ] && exit "$status"
+exit "$quiet"

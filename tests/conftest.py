@@ -16,13 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from tests import services
+from tests import services, xdist_units
 
 # tests/gpu needs an NVIDIA GPU; scripts/gpu_check.sh runs it with REELBATCH_GPU_TESTS=1. Elsewhere it is not
 # collected at all, rather than collected and skipped.
 collect_ignore = [] if os.environ.get("REELBATCH_GPU_TESTS") == "1" else ["gpu"]
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slowest units of work first (tests/xdist_units.py says why); stable, so the rest keep collection order."""
+    items.sort(key=lambda item: xdist_units.rank(item.nodeid))
 
 
 def _start(start: Callable[[], services.Service]) -> services.Service:

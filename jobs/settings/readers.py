@@ -114,6 +114,21 @@ def prefixes(raw: str) -> tuple[str, ...]:
     return tuple(output(p) for p in raw.split(",") if p.strip())
 
 
+def input_prefixes(raw: str) -> tuple[str, ...]:
+    """REELBATCH_ALLOWED_INPUTS: URI prefixes as `prefixes` reads them, and plain absolute folders (`/dir/`), each
+    checked as its file:// URI is; jobs.manifest.images.allowed_input_key reads all three forms."""
+    found = []
+    for prefix in (p.strip() for p in raw.split(",")):
+        if prefix.startswith("/"):
+            output("file://" + prefix)
+            found.append(prefix)
+        elif prefix.startswith(("file://", "s3://")):
+            found.append(output(prefix))
+        elif prefix:
+            raise BadValue(f"{prefix!r} must be an absolute folder (/dir/), file:///dir/ or s3://bucket/prefix/")
+    return tuple(found)
+
+
 def webhook_prefixes(raw: str) -> tuple[str, ...]:
     try:
         return allowed_prefixes(raw)

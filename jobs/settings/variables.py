@@ -16,6 +16,7 @@ from jobs.settings.readers import (
     device,
     fraction,
     fraction_or_zero,
+    input_prefixes,
     model_names,
     output,
     path,
@@ -90,7 +91,7 @@ VARIABLES: tuple[Variable, ...] = (
       "`Reelbatch-Signature` header with it. Never printed", secret=True),
     V("REELBATCH_WEBHOOK_BACKOFF_S", "webhook_backoff_s", positive, 30.0, "30",
       "a failed webhook delivery's first retry waits this long, doubling per attempt up to an hour, for 24 hours"),
-    V("REELBATCH_ALLOWED_INPUTS", "allowed_inputs", prefixes, None, "none",
+    V("REELBATCH_ALLOWED_INPUTS", "allowed_inputs", input_prefixes, None, "none",
       "comma-separated folders (`/dir/`, `file:///dir/`) and `s3://BUCKET/PREFIX/` prefixes a manifest's `image` "
       "may be read from; an image beside the manifest (a relative path inside its folder) needs none"),
     V("REELBATCH_MODELS", "models_file", path, None, "only the built-in models",

@@ -9,11 +9,12 @@ import subprocess
 
 import boto3
 import pytest
+import yaml
 
 from engine.toy.judge import judge_clip
 from storage.encode import decode_frames, probe_mp4
 
-from .conftest import DEMO
+from .conftest import DEMO, Cli
 
 # What the judge reads from each demo video. The shipped toy model gets the shape right in 84% of its quality set
 # (its card), and the demo's blue square comes out round; every other attribute of every video is right.
@@ -21,6 +22,12 @@ DEMO_JUDGED = {"red-circle-left": {"colour": True, "shape": True, "direction": T
                "blue-square-up": {"colour": True, "shape": False, "direction": True, "background": True},
                "yellow-circle-right": {"colour": True, "shape": True, "direction": True, "background": True},
                "green-square-down": {"colour": True, "shape": True, "direction": True, "background": True}}
+
+
+# The README's SHA-256 prefixes of the demo's videos: the same on any x86-64 CPU with AVX2, however many threads and
+# however loaded (engine/cpu_math.py holds MKL and ATen to their AVX2 kernels).
+DEMO_SHA256 = {"red-circle-left": "9289971ba074", "blue-square-up": "e9f63e1d66e5",
+               "yellow-circle-right": "a4c081f42fc2", "green-square-down": "aea2caaa60dd"}
 
 
 def check_videos(report: dict, read_bytes) -> None:
@@ -49,6 +56,7 @@ def test_run_demo_to_a_local_folder(cli, tmp_path):
         assert v["uri"] == f"file://{tmp_path / 'outputs' / 'demo' / v['id']}.mp4"
         assert probe_mp4(tmp_path / "outputs" / "demo" / f"{v['id']}.mp4").moov_first
     check_videos(report, lambda uri: open(uri[len("file://"):], "rb").read())
+    assert {v["id"]: v["sha256"][:12] for v in report["videos"]} == DEMO_SHA256
     results = [json.loads(line) for line in (tmp_path / "outputs" / "demo" / "results.jsonl").read_text().splitlines()]
     assert [(r["id"], r["uri"], r["sha256"]) for r in results] == \
         [(v["id"], v["uri"], v["sha256"]) for v in report["videos"]]
@@ -80,6 +88,19 @@ def test_run_demo_to_a_local_folder(cli, tmp_path):
     for v in report["videos"]:
         verdict = judge_clip(decode_frames((tmp_path / "outputs" / "demo" / f"{v['id']}.mp4").read_bytes()))
         assert verdict.matches(v["prompt"]) == DEMO_JUDGED[v["id"]], (v["id"], verdict)
+
+
+def test_the_demo_renders_the_same_bytes_on_one_thread_or_three(cli, tmp_path):
+    """`green-square-down`, a batch of one, is the video whose bytes followed MKL's thread count and vector width."""
+    demo = yaml.safe_load(DEMO.read_text())
+    demo["videos"] = [v for v in demo["videos"] if v["id"] == "green-square-down"]  # the seed: from run name and id
+    for threads in ("1", "3"):
+        folder = tmp_path / f"threads-{threads}"
+        folder.mkdir()
+        (folder / "demo.yaml").write_text(yaml.safe_dump(demo))
+        Cli(folder, {**cli.env, "OMP_NUM_THREADS": threads})("run", "demo.yaml")
+        data = (folder / "outputs" / "demo" / "green-square-down.mp4").read_bytes()
+        assert hashlib.sha256(data).hexdigest()[:12] == DEMO_SHA256["green-square-down"], f"{threads} thread(s)"
 
 
 def test_the_html_report_renders_offline_in_a_real_browser(cli, tmp_path, chromium):

@@ -16,6 +16,7 @@ from jobs.db.connect import session_factory
 from jobs.db.queries import submit_run
 from jobs.errors import RunNameTaken, UsageError
 from jobs.manifest import ManifestError, load_manifest
+from jobs.settings import Settings
 
 from .manifest_helpers import expect, load, write
 
@@ -157,6 +158,18 @@ def test_allowed_prefixes_open_absolute_paths_by_whole_folder(folder, tmp_path_f
         videos: [{{id: a, prompt: p, image: {outside.parent / (outside.name + 'x') / 'a.png'}}}]
     """, name="sibling.yaml")
     expect(sibling, 2, "videos[0].image", "is not under an allowed input prefix", allowed_inputs=[str(outside)])
+
+
+def test_a_plain_folder_in_the_setting_allows_its_images(folder, tmp_path_factory):
+    """REELBATCH_ALLOWED_INPUTS=/dir/, read by the settings as the CLI reads it, opens that folder and no other."""
+    outside = tmp_path_factory.mktemp("shots")
+    (outside / "a.png").write_bytes(png())
+    allowed = Settings.from_env({"REELBATCH_ALLOWED_INPUTS": f"{outside}/"}).allowed_inputs
+    path = write(folder, f"name: ads\nvideos: [{{id: a, prompt: p, image: {outside / 'a.png'}}}]\n")
+    (video,) = load(path, allowed_inputs=allowed).videos
+    assert video.image == (outside / "a.png").resolve().as_uri()
+    expect(path, 2, "videos[0].image", "is not under an allowed input prefix",
+           allowed_inputs=Settings.from_env({"REELBATCH_ALLOWED_INPUTS": f"{outside}x/"}).allowed_inputs)
 
 
 def test_a_bad_allowed_prefix_names_the_setting(folder):

@@ -45,6 +45,10 @@ from tests.conftest import REPO
     ("REELBATCH_WEBHOOK_SECRET", " 0123456789abcdef", "must not begin or end with white space (receivers would "
                                                      "sign with another key), got a value of 17 characters"),
     ("REELBATCH_WEBHOOK_BACKOFF_S", "0", "must be a positive finite number, got '0'"),
+    ("REELBATCH_ALLOWED_INPUTS", "/srv/in/, relative/dir/", "'relative/dir/' must be an absolute folder (/dir/), "
+                                 "file:///dir/ or s3://bucket/prefix/, got '/srv/in/, relative/dir/'"),
+    ("REELBATCH_ALLOWED_INPUTS", "/srv/../etc/", "must be plain folder names after the start (no empty, '.' or '..' "
+                                 "part), got 'file:///srv/../etc/', got '/srv/../etc/'"),
     ("REELBATCH_STORE_THREADS", "0", "must be auto or a whole number of at least 1, got '0'"),
     ("REELBATCH_STORE_THREADS", "many", "must be auto or a whole number of at least 1, got 'many'"),
 ])
@@ -67,6 +71,11 @@ def test_values_are_read_as_their_types_and_unset_ones_take_the_defaults(tmp_pat
     assert Settings.from_env({}).store_threads == 0  # auto
     assert Settings.from_env({"REELBATCH_STORE_THREADS": "auto"}).store_threads == 0
     assert Settings.from_env({"REELBATCH_STORE_THREADS": "3"}).store_threads == 3
+
+
+def test_allowed_inputs_take_plain_folders_as_docs_settings_says():
+    settings = Settings.from_env({"REELBATCH_ALLOWED_INPUTS": "/srv/in/, file:///srv/b/,s3://bkt/x/"})
+    assert settings.allowed_inputs == ("/srv/in/", "file:///srv/b/", "s3://bkt/x/")
 
 
 def test_the_webhook_settings_are_read_and_the_secret_is_never_shown(tmp_path):

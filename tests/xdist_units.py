@@ -1,0 +1,58 @@
+"""How scripts/test.sh splits the suite between pytest-xdist workers (`-p tests.xdist_units -n 3 --dist loadscope`).
+
+Most of the slowest tests are real-clock drills (worker processes killed, frozen and thawed, leases left to expire,
+servers taken off the network) that spend their minutes waiting, so three workers on two cores overlap their waits
+with the CPU-bound tests. A unit of work is a test module, so a module's fixtures (a server, a render its tests
+share) are built once, except that modules sharing a costly session fixture are one unit, built by one worker only
+(each worker is its own pytest session). Loaded as a plugin only there: without xdist its hook is unknown to pytest.
+"""
+
+from __future__ import annotations
+
+# Modules that share a costly session fixture: one unit.
+SHARED_UNITS = {
+    # `reelbatch toy train --quick` (tests/conftest.py's quick_toy): a minute or more of training.
+    "tests/jobs/test_quality.py": "quick_toy",
+    "tests/engine/test_toy_train.py": "quick_toy",
+}
+# Units handed out first, the likely longest first: the drills start real worker processes and wait out real leases,
+# outages and grace periods (LEASE_S and the waits in each file), and the quick toy trains for a minute. Starting
+# them early keeps the last worker from finishing long after the others. The order is read from the code, not timed
+# (the machine was shared when it was written); reorder it from the `--durations` that scripts/test.sh prints.
+SLOW_FIRST = (
+    "tests/e2e/test_faults.py",
+    "tests/e2e/test_preempt.py",
+    "tests/e2e/test_stop.py",
+    "tests/e2e/test_fleet.py",
+    "quick_toy",
+    "tests/jobs/test_leases.py",
+    "tests/e2e/test_run.py",
+    "tests/engine/test_toy_distill.py",
+    "tests/e2e/test_beat.py",
+    "tests/e2e/test_notify.py",
+    "tests/e2e/test_images.py",
+)
+_RANK = {unit: i for i, unit in enumerate(SLOW_FIRST)}
+
+
+def unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the name of the modules it shares a fixture with."""
+    module = nodeid.split("::", 1)[0]
+    return SHARED_UNITS.get(module, module)
+
+
+def rank(nodeid: str) -> int:
+    """Where its unit comes in the order the units are handed out (the rest after SLOW_FIRST, as collected)."""
+    return _RANK.get(unit(nodeid), len(_RANK))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's loadscope scheduling (whole units to a worker, in the order collected, with --no-loadscope-reorder)
+    with `unit` as the scope."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit(nodeid)
+
+    return Units(config, log)
