@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from engine.errors import RenderError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)

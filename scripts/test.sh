@@ -21,11 +21,12 @@ python3 -m venv .venv
 
 # Fail, never skip, when a server the tests need is missing.
 export REELBATCH_REQUIRE_SERVICES=1
-# Two parts. First everything but the `quiet` tests on 3 pytest-xdist workers, a test module to a worker, the slowest
-# modules first (tests/xdist_units.py says why: most of the slow tests wait on the real clock). Then the `quiet` tests,
-# which time renders on the real clock, alone on the machine. REELBATCH_TEST_WORKERS=0 runs the first part in one
-# process. Exit status 5 is pytest's "no tests collected" (arguments that select no quiet test, or only quiet ones).
-workers="${REELBATCH_TEST_WORKERS:-3}"
+# Two parts. First everything but the `quiet` tests, then the `quiet` tests, which time renders on the real clock,
+# alone. REELBATCH_TEST_WORKERS=N runs the first part on N pytest-xdist workers, a test module to a worker, the
+# slowest first (tests/xdist_units.py). The default is one process: on 2 cores, 3 workers took 34 min against about
+# 33 serially for fewer tests, and the CPU-bound trainings then ran side by side past their time limits.
+# Exit status 5 is pytest's "no tests collected" (arguments that select no quiet test, or only quiet ones).
+workers="${REELBATCH_TEST_WORKERS:-0}"
 status=0
 .venv/bin/python -m pytest -p tests.xdist_units -n "$workers" --dist loadscope --no-loadscope-reorder -m "not quiet" "$@" || status=$?
 [ "$status" -eq 5 ] && status=0

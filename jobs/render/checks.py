@@ -89,11 +89,11 @@ def _retried_before(factory: Factory, unit: ClaimedUnit) -> bool:
         return s.scalar(select(Video.checks).where(Video.id == unit.video_id)) is not None
 
 
-def with_earlier(stored: str | None, latest: str) -> str:
+def with_earlier(stored: str | None, latest: str | None) -> str | None:
     """The checks to store with a video: the latest attempt's, with the earlier attempts' (those a failed check sent
-    back, newest first) under "earlier"."""
-    if stored is None:
-        return latest
+    back, newest first) under "earlier" (None: nothing checked, what is stored stays)."""
+    if stored is None or latest is None:
+        return latest if latest is not None else stored
     earlier = json.loads(stored)
     doc = json.loads(latest)
     doc["earlier"] = [{k: v for k, v in earlier.items() if k != "earlier"}, *earlier.get("earlier", [])]

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 
-from typing_extensions import assert_never
+from typing_extensions import TypeAlias, assert_never
 
 from engine.engine import Engine
 from engine.types import RenderedVideo
@@ -83,7 +83,7 @@ class LeaseLost:
     """The lease was taken over before the upload: whoever holds it now stores the video; write nothing."""
 
 
-StoreOutcome = Stored | Checkpointed | Retry | FailNow | LeaseLost | ChecksFailed
+StoreOutcome: TypeAlias = Stored | Checkpointed | Retry | FailNow | LeaseLost | ChecksFailed
 
 
 @dataclass(frozen=True)

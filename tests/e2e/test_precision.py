@@ -7,7 +7,9 @@ from datetime import datetime, timezone
 import pytest
 
 from engine import gates
-from engine.text_cache import ALL_PARTS, model_identity
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.models import Registry
 from engine.tiny import ensure_tiny
 
 MANIFEST = "name: eight\nmodel: {model}\nvideos:\n  - {{id: a, prompt: a red ball}}\n  - {{id: b, prompt: a blue cube}}\n"
@@ -61,7 +63,8 @@ def test_a_registration_without_its_gate_is_refused_at_submit_and_an_unknown_mod
 
 def test_a_gated_int8_run_renders_and_its_cost_records_say_int8(env, tmp_path, cache):
     gates.record(cache, gates.Gate(
-        model="tiny", identity=model_identity(ensure_tiny(cache), ALL_PARTS), setting="precision=int8", count=16,
+        model="tiny", identity=Engine(EngineConfig(cache_dir=cache), Registry()).gate_identity(Registry().get("tiny")),
+        setting="precision=int8", count=32,
         batch=8, speedup=1.0, psnr_db_min=30, psnr_db_mean=35, ssim_min=0.9, adherence={}, exact_adherence={},
         measured_at=datetime.now(timezone.utc).isoformat()))
     env.env["REELBATCH_PRECISION"] = "int8"

@@ -119,7 +119,7 @@ def test_a_gated_lever_runs_on_the_image_path(folder, model_cache, tmp_path):
         if config.lossy():
             gates.record(cache, gates.Gate(
                 model="i2v", identity=engine.gate_identity(engine.registry.get("i2v")), setting=config.lossy(),
-                count=16, batch=8, speedup=1.5, psnr_db_min=30, psnr_db_mean=35, ssim_min=0.9, adherence={},
+                count=32, batch=8, speedup=1.5, psnr_db_min=30, psnr_db_mean=35, ssim_min=0.9, adherence={},
                 exact_adherence={}, measured_at=datetime.now(timezone.utc).isoformat(), failures=[]))
         pipe = engine.pipeline("i2v")
         count = [0]

@@ -16,7 +16,6 @@ from engine.metrics import psnr
 from engine.models import Registry
 from engine.models_file import load_registry
 from engine.precision import PrecisionRefused
-from engine.text_cache import ALL_PARTS, model_identity
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
@@ -91,7 +90,8 @@ def cache_dir(tmp_path, model_cache):
 
 def record_gate(cache_dir, setting: str) -> None:
     gates.record(cache_dir, gates.Gate(
-        model="tiny", identity=model_identity(ensure_tiny(cache_dir), ALL_PARTS), setting=setting, count=16, batch=8,
+        model="tiny", identity=Engine(EngineConfig(cache_dir=cache_dir), Registry()).gate_identity(Registry().get("tiny")),
+        setting=setting, count=32, batch=8,
         speedup=1.0, psnr_db_min=30, psnr_db_mean=35, ssim_min=0.9, adherence={}, exact_adherence={},
         measured_at=datetime.now(timezone.utc).isoformat()))
 

@@ -84,7 +84,9 @@ def videos(prefix: str, count: int, **fields: object) -> list[dict]:
     return [{"id": f"{prefix}{i}", "prompt": f"{prefix} video {i}", "seed": 100 + i, **fields} for i in range(count)]
 
 
-def make_world(tmp_path: Path, db_url: str, model_cache: Path, registry, monkeypatch, **settings: object) -> World:
+def make_world(tmp_path: Path, db_url: str, model_cache: Path, registry, monkeypatch, measuring: tuple[str, ...] = (),
+               **settings: object) -> World:
+    """`measuring`: models rendered here without asking their gates (engine.pipelines.PipelineCache.measuring)."""
     config = dataclasses.replace(Settings.from_env({}), **{
         "database_url": db_url, "cache_dir": tmp_path / "cache", "max_batch": 2, "gpu_hour_usd": RATE.usd_per_hour,
         "gpu_hour_source": RATE.source, "retry_backoff_s": 0.0, "overlap": False,
@@ -93,7 +95,7 @@ def make_world(tmp_path: Path, db_url: str, model_cache: Path, registry, monkeyp
     factory = session_factory(config.database_url)
     clock = Clock()
     # The built models come from the session's cache; profiles and the rest go to this test's own folder.
-    engine = Engine(dataclasses.replace(config, cache_dir=model_cache).engine_config(), registry)
+    engine = Engine(dataclasses.replace(config, cache_dir=model_cache).engine_config(), registry, measuring=measuring)
     real_render = engine.render
 
     def render(batch, **kwargs):

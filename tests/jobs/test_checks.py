@@ -142,8 +142,7 @@ def test_normal_toy_and_toy_fast_renders_are_not_flagged(tmp_path, model_cache, 
         pytest.skip("toy-fast's weights are not in place")
     # One database is enough here (the rows are written as in the tests above); the time limit is the render's own.
     world = make_world(tmp_path, f"sqlite:///{tmp_path / 'n.db'}", model_cache, registry, monkeypatch, max_batch=4,
-                       min_time_limit_s=900.0)
-    world.engine.gate_checked.add("toy-fast")  # its gate is tests/jobs/test_toy_fast.py's; here, its renders
+                       min_time_limit_s=900.0, measuring=("toy-fast",))  # its gate is test_toy_fast's; here, renders
     prompts = ["a red circle moving left on a black background", "a green square moving up on a gray background",
                "a blue square moving right on a gray background", "a white circle moving down on a black background"]
     for model in ("toy", "toy-fast"):
