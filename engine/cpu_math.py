@@ -8,17 +8,19 @@ renders other bytes when either of two libraries takes another path.
   MP4s). So a machine without AVX-512 rendered other bytes, and so did a loaded machine whenever MKL ran a product on
   fewer threads. MKL's conditional numerical reproducibility, AVX2 branch in strict mode, gives the same bits on any
   CPU with AVX2 and any thread count (Intel's oneMKL developer guide, "Obtaining Numerically Reproducible Results").
-- ATen's own vectorised kernels (torch picks AVX-512 or AVX2 code when it first dispatches): held to AVX2.
-Both are read when first used, so they are set when the engine is imported, before anything renders. A variable the
-operator set already wins: `MKL_CBWR=AUTO ATEN_CPU_CAPABILITY=default` gives each library its fastest path back, at
-the cost of bytes that depend on the machine (docs/SETTINGS.md). On a GPU neither is used for the model's math.
+- ATen's own vectorised kernels (torch picks AVX-512 or AVX2 code when it first dispatches) are left alone: held to
+  AVX2 (ATEN_CPU_CAPABILITY=avx2), torch's bf16 attention on the CPU fails ("pack_vnni2 is only supported when
+  avx512 is supported"), so a bf16 render on a CPU would break. An operator may still set it.
+MKL reads its mode when first used, so it is set when the engine is imported, before anything renders. A variable
+the operator set already wins: `MKL_CBWR=AUTO` gives MKL its fastest path back, at the cost of bytes that depend on
+the machine and its load (docs/SETTINGS.md). On a GPU MKL is not used for the model's math.
 """
 
 from __future__ import annotations
 
 import os
 
-PINS = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2"}
+PINS = {"MKL_CBWR": "AVX2,STRICT"}
 
 
 def pin() -> dict[str, str]:

@@ -77,6 +77,9 @@ class StandIn:
     def loaded(self) -> tuple[str, ...]:
         return () if self.last_shape is None else (self.last_shape.model,)
 
+    def check_gate(self, name: str) -> None:
+        """No lever and nothing distilled to gate: every model it serves passes (jobs.render.batch.gated_models)."""
+
     def render(self, shape, seconds: float, step_s: float, should_stop, cancel_check) -> None:
         self.last_shape = shape
         end = time.monotonic() + seconds

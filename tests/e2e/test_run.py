@@ -24,8 +24,8 @@ DEMO_JUDGED = {"red-circle-left": {"colour": True, "shape": True, "direction": T
                "green-square-down": {"colour": True, "shape": True, "direction": True, "background": True}}
 
 
-# The README's SHA-256 prefixes of the demo's videos: the same on any x86-64 CPU with AVX2, however many threads and
-# however loaded (engine/cpu_math.py holds MKL and ATen to their AVX2 kernels).
+# The README's SHA-256 prefixes of the demo's videos on one machine (AVX-512): the same however many threads and
+# however loaded (engine/cpu_math.py holds MKL to its reproducible AVX2 kernels).
 DEMO_SHA256 = {"red-circle-left": "9289971ba074", "blue-square-up": "e9f63e1d66e5",
                "yellow-circle-right": "a4c081f42fc2", "green-square-down": "aea2caaa60dd"}
 

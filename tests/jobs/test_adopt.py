@@ -7,6 +7,7 @@ import hashlib
 import time
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 from sqlalchemy import select
 
@@ -100,9 +101,17 @@ def test_an_earlier_attempts_upload_that_lands_after_the_retry_rendered_is_adopt
     lands, before B's. B's MP4 meets A's as a different object: it is v0's own (its checksum is the one A recorded),
     so B adopts it instead of failing v0 as a conflict."""
     settings, factory = one_video_run(tmp_path, model_cache, registry, f"file://{tmp_path}/out/")
-    # A renders in bfloat16 (as on a GPU), B in float32: the same video, other roundings, other bytes.
-    engine_a = Engine(dataclasses.replace(settings.engine_config(), dtype="bf16"), registry)
+    # A's machine rounds otherwise (as bfloat16 on a GPU would): the same video, other pixels, other bytes. Not bf16 on
+    # this CPU: ATen held to AVX2 (engine/cpu_math.py) has no bf16 attention kernel ("pack_vnni2 ... avx512").
+    engine_a = Engine(settings.engine_config(), registry)
     engine_b = Engine(settings.engine_config(), registry)
+    render_a = engine_a.render
+
+    def render_rounded_otherwise(*args, **kwargs):
+        return [dataclasses.replace(v, frames=np.clip(v.frames.astype(np.int16) + 3, 0, 255).astype(np.uint8))
+                for v in render_a(*args, **kwargs)]
+
+    engine_a.render = render_rounded_otherwise
     held = {}
 
     def frozen_put(self, key, data, **kwargs):
