@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 from sqlalchemy.engine import make_url
 
 from jobs.cli.console import err, fail, out
@@ -102,12 +102,15 @@ def print_estimate(d: dict) -> None:
     if d["max_cost_usd"] is not None:
         verdict = {True: "within it", False: "OVER it: the run would stop there", None: "not known"}[d["within_budget"]]
         out.print(f"max_cost_usd ${d['max_cost_usd']:g}: {verdict}", highlight=False)
-    table = Table("shape", "videos", "basis", "GPU-s/video", "GPU-s", "cost $", box=None, pad_edge=False)
+    # In a narrow terminal (80 columns) the shape wraps at its spaces; a basis and the numbers are never broken
+    # mid-phrase or cut short (a bench profile's basis is two lines, so that it stays narrow).
+    table = Table("shape", "videos", Column("basis", no_wrap=True), Column("GPU-s/video", no_wrap=True),
+                  Column("GPU-s", no_wrap=True), Column("cost $", no_wrap=True), box=None, pad_edge=False)
     for sh in d["shapes"]:
         b = sh["basis"]
         basis = {"measured": lambda: f"measured ({b['videos']} videos, {b['runs']} runs)",
                  "fit": lambda: f"fit ({b['shapes']} shapes, {b['videos']} videos)",
-                 "profile": lambda: f"bench profile ({b['profile']['device']}, x{b['work_ratio']:.3g} work)",
+                 "profile": lambda: f"bench profile\n({b['profile']['device']}, x{b['work_ratio']:.3g} work)",
                  "unknown": lambda: "unknown"}[b["kind"]]()
         chunks = f" {sh['chunks']} chunks" if sh["chunks"] > 1 else ""
         per = b["gpu_seconds_per_video"]

@@ -89,24 +89,36 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
             "ungated": sorted(ungated & set(unserved))})
         return
 
+    # Kept within an 80-column terminal: the counts in one table, a run's deadline and cost cap in a second one (both
+    # in one would cut every column short there); "flag" (videos their checks flagged) only when a listed run has any.
+    flagged = any(r.flagged for r in rows)
     table = Table("run", "name", "model", "total", "pending", "running", "succeeded", "failed", "cancelled",
-                  "flagged", box=None, pad_edge=False)
-    deadlines = any(p["deadline"] for p in plans.values())
-    budgets = any(p["max_cost_usd"] is not None for p in plans.values())
-    if deadlines:
-        table.add_column("finish")
-        table.add_column("deadline")
-    if budgets:
-        table.add_column("budget")
+                  *(["flag"] if flagged else []), box=None, pad_edge=False)
     table.columns[1].overflow = table.columns[2].overflow = "fold"  # a name is shown whole, never cut short
     for r in rows:
-        p = plans[r.run_id]
-        extra = [_finish_text(p), _deadline_text(p)] if deadlines else []
-        if budgets:
-            extra.append(_budget_text(p))
         table.add_row(str(r.run_id), r.name, r.model, str(r.total), *(str(r.counts[k]) for k in
-                      ("pending", "running", "succeeded", "failed", "cancelled")), str(r.flagged), *extra)
+                      ("pending", "running", "succeeded", "failed", "cancelled")),
+                      *([str(r.flagged)] if flagged else []))
     out.print(table)
+    deadlines = any(p["deadline"] for p in plans.values())
+    budgets = any(p["max_cost_usd"] is not None for p in plans.values())
+    if deadlines or budgets:
+        plan = Table("run", "name", box=None, pad_edge=False)
+        plan.columns[1].overflow = "fold"
+        if deadlines:
+            plan.add_column("finish")
+            plan.add_column("deadline")
+        if budgets:
+            plan.add_column("budget")
+        for r in rows:
+            p = plans[r.run_id]
+            if not (p["deadline"] or p["max_cost_usd"] is not None):
+                continue
+            extra = [_finish_text(p), _deadline_text(p)] if deadlines else []
+            if budgets:
+                extra.append(_budget_text(p))
+            plan.add_row(str(r.run_id), r.name, *extra)
+        out.print(plan)
     for model, n in unserved.items():
         if model in ungated:  # a live worker would serve it but lacks its quality gate (jobs.render.batch)
             out.print(f"{n} pending: unserved: no gate for {model} on any worker", highlight=False)
@@ -156,7 +168,8 @@ def _deadline_text(p: dict) -> str:
     if not p["deadline"]:
         return ""
     flag = "expired" if p["expired"] else {True: "AT RISK", False: "on time", None: ""}[p["at_risk"]]
-    return f"{_clock(p['deadline'])} {flag}".strip()
+    # The verdict first: wrapped in a narrow column, it stays whole on the first line.
+    return f"{flag} {_clock(p['deadline'])}".strip()
 
 
 def _budget_text(p: dict) -> str:
