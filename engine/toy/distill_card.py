@@ -17,7 +17,7 @@ def write_card(path: Path, *, config: DistillConfig, progress: Progress, results
     rows = "\n".join(
         f"| {name} | {r.teacher[name]:.1%} | {r.student[name]:.1%} | "
         f"{'>= ' + format(max(TARGETS[name], r.teacher[name] - 0.02), '.1%') if name in TARGETS else ''} |"
-        for name in ("colour", "shape", "direction", "background", "all_four"))
+        for name in ("colour", "shape", "direction", "background", "all_four", "clean_background"))
     stages = "\n".join(f"| {stage} | {seconds / 60:.1f} | {_minutes(progress.cpu_seconds.get(stage, float('nan')))} | "
                        f"{progress.losses.get(stage, float('nan')):.4f} |" for stage, seconds in progress.seconds.items())
     settings = "\n".join(f"- `{k}`: {v}" for k, v in dataclasses.asdict(config).items())
@@ -71,9 +71,11 @@ Settings:
 
 ## Evaluation
 
-{g.count} prompt/seed pairs of the quality set, rendered at each model's defaults and judged from pixels after H.264
-encoding and decoding. The target is the issue's (colour, direction, background >= 95%, shape >= 80%) and no
-attribute more than 2 points below the teacher's.
+{g.count} prompt/seed pairs held out ({g.sample}): every toy prompt in turn, seeds drawn afresh from [2^32, 2^40),
+outside every seed training, distillation and the choice between candidates used (jobs.quality.sample), rendered at
+each model's defaults and judged from pixels after H.264 encoding and decoding. The target is the issue's (colour,
+direction, background >= 95%, shape >= 80%) and no attribute, nor the share of clean backgrounds (no tint or
+blotches, engine.toy.judge), more than 2 points below the teacher's.
 
 | attribute | teacher `toy` (20 steps, guidance 2) | `toy-fast` ({config.steps} steps, guidance 1) | target |
 |---|---|---|---|

@@ -77,6 +77,11 @@ class DistillConfig:
     # a per-frame loss leaves free (the shimmer the distilled gate's flicker rule measures). 0: none. At 1 the
     # shipped decoder's flicker is 1.06-1.10x the teacher's (the gate allows 1.25x).
     decoder_temporal_weight: float = 1.0
+    # Weight of the colour term: each frame's 4x4 block means against the VAE's, every pixel alike. Without it the
+    # shipped decoder (2026-12-01) decoded greens as limes and tinted gray backgrounds yellow-green under a red mesh
+    # (held-out colour 76.9% against the teacher's 98.8%, clean backgrounds 63.1% against 75.6%); `toy tune-decoder`
+    # with it brought them to the figures in docs/TOY_TRAINING.md ("toy-fast's colour").
+    decoder_colour_weight: float = 8.0
     # World clips of the model's length, encoded by the VAE, with their clean frames (not the VAE's decode of them)
     # as targets: the VAE rounds a square's corners, and the judge tells a square by them. 0: none. 800 were tried
     # and judged no better on shape (docs/TOY_TRAINING.md, phase 3), so none by default.

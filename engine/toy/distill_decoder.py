@@ -70,8 +70,9 @@ def train_decoder(pipe, config: DistillConfig, work: Path, logger: Logger, finis
 def decoder_loss(out: torch.Tensor, want: torch.Tensor, config: DistillConfig) -> torch.Tensor:
     """The light decoder's loss against the VAE decoder's frames (B, 3, F, H, W): squared error with the object's
     pixels (far from the clip's median colour, the background) weighing more, since they are all the judge reads and
-    a small share of the frame; and, with `decoder_temporal_weight`, the same on the change from each frame to the
-    next, so that what does not move in the VAE's output does not move in the decoder's."""
+    a small share of the frame; with `decoder_temporal_weight`, the same on the change from each frame to the
+    next, so that what does not move in the VAE's output does not move in the decoder's; and with
+    `decoder_colour_weight`, squared error of 4x4 block means over every pixel (the colour term)."""
     background = want.flatten(2).median(dim=2).values[:, :, None, None, None]
     weight = 1.0 + config.decoder_object_weight * ((want - background).abs().amax(1, keepdim=True) > 0.25)
     loss = (weight * (out - want) ** 2).mean() / weight.mean()
@@ -79,7 +80,16 @@ def decoder_loss(out: torch.Tensor, want: torch.Tensor, config: DistillConfig) -
         change = weight[:, :, 1:].maximum(weight[:, :, :-1])  # the object's pixels in either frame
         moved = out.diff(dim=2) - want.diff(dim=2)
         loss = loss + config.decoder_temporal_weight * (change * moved**2).mean() / change.mean()
+    if config.decoder_colour_weight:
+        loss = loss + config.decoder_colour_weight * (_blocks(out) - _blocks(want)).pow(2).mean()
     return loss
+
+
+def _blocks(frames: torch.Tensor) -> torch.Tensor:
+    """(B, 3, F, H, W) frames -> each frame's 4x4 block means: colour where it lies, without the edges. Every pixel
+    weighs the same here, background included, so a tint or blotches over the background cost as much as the
+    object's colour."""
+    return torch.nn.functional.avg_pool2d(frames.transpose(1, 2).flatten(0, 1), 4)
 
 
 def _decoder_inputs(pipe, config: DistillConfig, finished: dict) -> list[tuple[torch.Tensor, torch.Tensor, int]]:

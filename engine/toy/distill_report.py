@@ -2,7 +2,7 @@
 
 What a viewer gets is judged: the caller passes `view` (frames -> the frames decoded from the MP4 a worker would
 store), so the engine needs neither the job system nor the encoder. Short videos: the quality set (the caller's
-cases), the student at its defaults against the teacher at its own. Long videos: each 9-frame window of 4 s videos
+cases: a held-out draw, jobs.quality.sample), the student at its defaults against the teacher at its own. Long videos: each 9-frame window of 4 s videos
 rendered chunk by chunk (Engine.render_long), judged for colour and direction as tests/jobs/test_long.py does.
 """
 
@@ -23,7 +23,7 @@ from engine.models import Registry
 from engine.toy.judge import judge_clip, score
 from engine.types import RenderBatch, RenderRequest, Shape
 
-ATTRIBUTES = ("colour", "shape", "direction", "background", "all_four")
+ATTRIBUTES = ("colour", "shape", "direction", "background", "all_four", "clean_background")
 # Targets after the MP4 round trip (jobs.quality.TARGETS, issue 17): the student's own, on top of the gate's
 # "no attribute more than 2 points below the teacher".
 TARGETS = {"colour": 0.95, "direction": 0.95, "background": 0.95, "shape": 0.80}
@@ -34,7 +34,7 @@ LONG_SECONDS, WINDOW, WINDOW_STEP = 4, 9, 6
 
 @dataclass
 class FastResults:
-    student: dict[str, float]  # adherence of the quality set, judged after `view`
+    student: dict[str, float]  # adherence on the judged cases (a held-out draw), judged after `view`
     teacher: dict[str, float]
     gate: gates.Gate
     long: dict[str, float | int]  # windows judged, and the share keeping colour and direction
@@ -82,7 +82,7 @@ class Judged:
 
 
 def judge_against_teacher(engine: Engine, student: str, cases: Sequence[tuple[str, int]],
-                          view: Callable[[np.ndarray], np.ndarray], batch: int = 8) -> Judged:
+                          view: Callable[[np.ndarray], np.ndarray], batch: int = 8, sample: str = "") -> Judged:
     """Render `cases` with `student` and with its teacher, each at its registered defaults and after a warm-up
     batch, judge both after `view`, and record the student's distilled gate under the engine's cache folder (so
     engines load it from then on). Identity: Engine.gate_identity, the content of the folder's, adapters' and
@@ -102,16 +102,18 @@ def judge_against_teacher(engine: Engine, student: str, cases: Sequence[tuple[st
     measured, teacher = adherence(cases, videos, view), adherence(cases, teacher_videos, view)
     gate = gates.distilled_gate(student, engine.gate_identity(info), info.teacher,
                                 adherence=measured, teacher_adherence=teacher, videos=videos,
-                                teacher_videos=teacher_videos, batch=batch, speedup=teacher_s / student_s)
+                                teacher_videos=teacher_videos, batch=batch, speedup=teacher_s / student_s,
+                                sample=sample)
     gates.record(engine.config.cache_dir, gate)
     return Judged(gate, student_s, teacher_s, videos)
 
 
 def evaluate(engine: Engine, student: str, cases: Sequence[tuple[str, int]], long_cases: Sequence[tuple[str, int]],
-             view: Callable[[np.ndarray], np.ndarray]) -> tuple[FastResults, Judged]:
-    """Judge `student` against its teacher on `cases` and record its distilled gate; judge long videos of
-    `long_cases`; time decoding and count parameters: what the model card reports (and the student's renders)."""
-    judged = judge_against_teacher(engine, student, cases, view)
+             view: Callable[[np.ndarray], np.ndarray], sample: str = "") -> tuple[FastResults, Judged]:
+    """Judge `student` against its teacher on `cases` (described by `sample`, recorded with the gate) and record its
+    distilled gate; judge long videos of `long_cases`; time decoding and count parameters: what the model card
+    reports (and the student's renders)."""
+    judged = judge_against_teacher(engine, student, cases, view, sample=sample)
     gate = judged.gate
     info = engine.registry.get(student)
     shape = native(engine.registry, student)

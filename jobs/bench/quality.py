@@ -3,7 +3,7 @@ against exact mode on a judgeable model, and its gate.
 
 Exact mode is the engine as configured with the lossy accelerators off (its output is what a plain diffusers call
 computes, to the last bits the lossless switches may round). Every setting renders the same sample
-(jobs.quality.gate_sample: the user's manifest, the toy quality set, or the shipped prompts) at the same batch size
+(jobs.quality.gate_sample: the user's manifest, a toy held-out draw, or the shipped prompts) at the same batch size
 after a warm-up; the report puts side by side its speedup in render seconds, PSNR and SSIM of its frames against
 exact mode's, and, on the toy world, prompt adherence judged from the decoded MP4s. Each setting's gate
 (engine.gates) is recorded under the cache folder: only then may a worker use it.
@@ -80,7 +80,7 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
                       prompts: Path | None = None, on_setting: Callable[[str], None] | None = None,
                       precisions: list[str] = ()) -> QualityBench:
     """Each candidate (a lossy setting, a precision below native, or both) against exact mode on the gate's sample
-    (jobs.quality.gate_sample: `prompts`' videos, the toy quality set, or the shipped prompts), its gate recorded."""
+    (jobs.quality.gate_sample: `prompts`' videos, a toy held-out draw, or the shipped prompts), its gate recorded."""
     registry = settings.registry()
     base = settings.engine_config().lossless()
     configs = lossy_configs(base, candidates, precisions)

@@ -1,5 +1,6 @@
-"""`reelbatch toy train`, `toy distill` and `toy sheet`: the toy model's training run, its few-step student, and a
-picture of its output.
+"""`reelbatch toy train`, `toy distill`, `toy tune-decoder` and `toy sheet`: the toy model's training run, its
+few-step student, its student's decoder tuned toward the teacher's colours (jobs.cli.toy_tune), and a picture of its
+output.
 
 jobs.cli.app registers them with `app.add_typer(toy_app, name="toy")`.
 """
@@ -225,3 +226,8 @@ def sheet(
     except ReelbatchError as exc:
         fail(exc)
     out.print(f"wrote {png} ({rows.width}x{rows.height})", highlight=False)
+
+
+from jobs.cli.toy_tune import tune_decoder  # noqa: E402 (registered here, written apart: toy.py's size)
+
+toy_app.command("tune-decoder")(tune_decoder)

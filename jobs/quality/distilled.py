@@ -18,16 +18,17 @@ import numpy as np
 from engine import gates
 from engine.clip_score import ClipScorer
 from engine.engine import Engine
-from engine.toy.distill_report import FastResults, evaluate, with_folder
+from engine.models import Registry
+from engine.toy.distill_report import FastResults, evaluate, judge_against_teacher, render, with_folder
 from engine.toy.world import COMBINATIONS
 from jobs.errors import UsageError
 from jobs.quality.evaluate import REFERENCES, native_shape, round_trip, save_references
-from jobs.quality.gate_sample import GateSample, gate_sample, judged_adherence, render_sample
-from jobs.quality.sample import sample_set
+from jobs.quality.gate_sample import TOY_HELD_OUT, GateSample, gate_sample, judged_adherence, render_sample
+from jobs.quality.sample import GATE_SAMPLE_SIZE, held_out_set, new_entropy, sample_set
 from jobs.settings import Settings
 
 # Long videos judged after `toy distill`: sixteen 4 s videos, prompts 5i of the 80 (every colour, and every shape,
-# direction and background pairing once), seeds outside the quality set's 7000-7079.
+# direction and background pairing once), seeds outside the quality set's 7000-7079 and the held-out range.
 LONG_SEEDS = 9100
 LONG_VIDEOS = 16
 
@@ -90,15 +91,36 @@ def judge_registration(settings: Settings, model: str, *, count: int, batch: int
 
 
 def evaluate_distilled(settings: Settings, folder: Path, *, quick: bool = False) -> FastResults:
-    """`reelbatch toy distill`'s evaluation of the student written to `folder` (as `toy-fast`): its gate on the
-    quality set (recorded), long videos in chunks, decode times and sizes; and its renders of the quality set kept
-    as `folder`/references.npz, what `reelbatch quality --model toy-fast` compares with. `quick`: 16 pairs and 2
-    long videos."""
+    """`reelbatch toy distill`'s evaluation of the student written to `folder` (as `toy-fast`): its gate on a
+    held-out draw of GATE_SAMPLE_SIZE pairs (recorded; seeds nothing in training or in choosing between candidates
+    saw), long videos in chunks, decode times and sizes; and its renders of the quality set kept as
+    `folder`/references.npz, what `reelbatch quality --model toy-fast` compares byte for byte (a reproduction
+    check, not a quality figure). `quick`: 32 pairs, 16 references and 2 long videos."""
     registry = with_folder(settings.registry(), folder)
     engine = Engine(settings.engine_config().exact(), registry, measuring=["toy-fast"])
-    sample = sample_set(16 if quick else 80)
+    entropy = new_entropy()
+    held = held_out_set(32 if quick else GATE_SAMPLE_SIZE, entropy)
     shape, fps = native_shape(registry, "toy-fast")
-    results, judged = evaluate(engine, "toy-fast", [(c.prompt, c.seed) for c in sample],
-                               long_cases(2 if quick else LONG_VIDEOS), lambda frames: round_trip(frames, fps))
-    save_references(folder / REFERENCES, shape, sample, judged.videos)
+    results, _ = evaluate(engine, "toy-fast", [(c.prompt, c.seed) for c in held],
+                          long_cases(2 if quick else LONG_VIDEOS), lambda frames: round_trip(frames, fps),
+                          sample=f"{TOY_HELD_OUT}, entropy {entropy}")
+    references = sample_set(16 if quick else 80)
+    save_references(folder / REFERENCES, shape, references,
+                    render(engine, shape, [(c.prompt, c.seed) for c in references]))
     return results
+
+
+def judge_decoder(settings: Settings, model: str, decoder: Path, *, count: int, entropy: int | None = None):
+    """`model` with its light decoder read from `decoder` (`reelbatch toy tune-decoder`'s output) judged against its
+    teacher on a held-out draw of `count` pairs, its distilled gate recorded for those files (engine.toy.
+    distill_report.judge_against_teacher). Returns the gate."""
+    registry = settings.registry()
+    info = registry.get(model)
+    registry = Registry({**registry.models, model: replace(info, decoder=decoder)})
+    engine = Engine(settings.engine_config().exact(), registry, measuring=[model])
+    entropy = new_entropy() if entropy is None else entropy
+    cases = [(c.prompt, c.seed) for c in held_out_set(count, entropy)]
+    _, fps = native_shape(registry, model)
+    judged = judge_against_teacher(engine, model, cases, lambda frames: round_trip(frames, fps),
+                                   sample=f"{TOY_HELD_OUT}, entropy {entropy}")
+    return judged.gate

@@ -2,7 +2,9 @@
 
 - `--prompts FILE`: a manifest (YAML or JSONL, read by jobs.manifest, so a mistake is FILE:LINE: field: ...) whose
   videos, at their own sizes, steps and seeds, are the sample: the user's own prompts on the user's own model.
-- Otherwise a model trained on the toy world keeps the judged quality set (jobs.quality.sample), `count` of it.
+- Otherwise a model trained on the toy world renders a held-out draw (jobs.quality.sample.held_out_set): `count`
+  toy prompts with seeds drawn afresh, outside every seed its training and model choice used, its entropy in the
+  label so the draw can be rendered again.
 - Any other model renders the shipped set, PROMPTS (36 prompts of people, animals, landscapes, cities, objects,
   close-ups and styles, fixed seeds) at the registration's defaults.
 
@@ -23,10 +25,10 @@ from jobs.errors import UsageError
 from jobs.manifest import load_manifest
 from jobs.manifest.specs import derive_seed
 from jobs.quality.evaluate import native_shape, render_cases, round_trip
-from jobs.quality.sample import Case, sample_set
+from jobs.quality.sample import Case, held_out_set, new_entropy
 
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
-TOY_SET, SHIPPED = "toy quality set", "shipped prompts"
+TOY_HELD_OUT, SHIPPED = "toy held-out draw", "shipped prompts"
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Item:
 
 @dataclass(frozen=True)
 class GateSample:
-    label: str  # TOY_SET, SHIPPED, or the manifest's path
+    label: str  # "toy held-out draw, entropy N", SHIPPED, or the manifest's path
     items: tuple[Item, ...]
     judged: bool  # whether the toy judge reads these prompts
 
@@ -62,7 +64,9 @@ def toy_world(registry: Registry, model: str) -> bool:
     return info.teacher is not None and info.teacher in registry and toy_world(registry, info.teacher)
 
 
-def gate_sample(registry: Registry, model: str, *, prompts: Path | None, count: int) -> GateSample:
+def gate_sample(registry: Registry, model: str, *, prompts: Path | None, count: int,
+                entropy: int | None = None) -> GateSample:
+    """The sample a gate of `model` renders. `entropy` seeds a toy-world draw (default: fresh)."""
     shape, fps = native_shape(registry, model)  # a usage error for an unregistered name
     if prompts is not None:
         sample = manifest_sample(registry, model, prompts, judged=False)
@@ -70,7 +74,9 @@ def gate_sample(registry: Registry, model: str, *, prompts: Path | None, count: 
         judged = toy_world(registry, model) and all(parse_prompt(i.case.prompt) for i in sample.items)
         return replace(sample, judged=judged)
     if toy_world(registry, model):
-        return GateSample(TOY_SET, tuple(Item(shape, c, fps) for c in sample_set(count)), judged=True)
+        entropy = new_entropy() if entropy is None else entropy
+        return GateSample(f"{TOY_HELD_OUT}, entropy {entropy}",
+                          tuple(Item(shape, c, fps) for c in held_out_set(count, entropy)), judged=True)
     sample = manifest_sample(registry, model, PROMPTS, judged=False)
     return replace(sample, label=SHIPPED)
 
@@ -113,4 +119,5 @@ def judged_adherence(sample: GateSample, videos: list) -> dict[str, float]:
     from engine.toy.judge import score
 
     scores = score((item.case.prompt, round_trip(video, item.fps)) for item, video in zip(sample.items, videos))
-    return {name: getattr(scores, name) for name in ("colour", "shape", "direction", "background", "all_four")}
+    return {name: getattr(scores, name)
+            for name in ("colour", "shape", "direction", "background", "all_four", "clean_background")}

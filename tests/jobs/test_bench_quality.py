@@ -30,7 +30,8 @@ def test_bench_quality_measures_records_and_gates_runs(tmp_path, env):
                 "--json"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
-    assert (r["model"], r["count"], r["shape"]["steps"], r["sample"]) == ("toy", 32, 20, "toy quality set")
+    assert (r["model"], r["count"], r["shape"]["steps"]) == ("toy", 32, 20)
+    assert r["sample"].startswith("toy held-out draw, entropy ")  # seeds drawn afresh for this gate
     assert r["exact"]["seconds"] > 0 and r["exact"]["adherence"]["colour"] >= 0.85
     same, short = r["settings"]
     assert same["setting"] == "step_cache=1e-06" and same["passed"] and same["psnr_db_min"] >= 60

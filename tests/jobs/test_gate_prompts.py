@@ -168,4 +168,26 @@ def test_the_toy_judge_reads_a_manifest_only_of_toy_prompts_on_a_toy_world_model
     assert judged.judged and judged.label == str(toy) and judged.items[0].case.seed == 5
     assert judged.items[0].shape.steps == 4  # toy-fast's own defaults
     assert not gate_sample(registry, "toy", prompts=other, count=80).judged
-    assert gate_sample(registry, "toy", prompts=None, count=40).label == "toy quality set"
+    held = gate_sample(registry, "toy", prompts=None, count=40, entropy=7)
+    assert held.label == "toy held-out draw, entropy 7" and held.judged
+
+
+def test_a_toy_gate_draws_seeds_nothing_was_tuned_on():
+    from engine.models import Registry
+
+    registry = Registry()
+    first, again = (gate_sample(registry, "toy-fast", prompts=None, count=48, entropy=7) for _ in range(2))
+    other = gate_sample(registry, "toy-fast", prompts=None, count=48, entropy=8)
+    seeds = [item.case.seed for item in first.items]
+    # Training draws below 2^31, the quality set is 7000-7079: a held-out seed is at least 2^32 = 4294967296.
+    assert all(4294967296 <= seed < 1099511627776 for seed in seeds) and len(set(seeds)) == 48
+    assert seeds == [item.case.seed for item in again.items]  # the recorded entropy renders the draw again
+    assert not set(seeds) & {item.case.seed for item in other.items}
+    # The prompts cycle as the quality set's do: any 16 in a row hold every colour, shape, direction, background.
+    assert [item.case.prompt for item in first.items[:2]] == ["a red circle moving left on a black background",
+                                                             "a green square moving left on a black background"]
+    # Case 15: colour 15 mod 5 = 0 red, shape 15 mod 2 = 1 square, direction 7 mod 4 = 3 down, background 1 gray.
+    assert first.items[15].case.prompt == "a red square moving down on a gray background"
+    # Unseeded, a gate draws afresh.
+    assert gate_sample(registry, "toy", prompts=None, count=4).label != gate_sample(registry, "toy", prompts=None,
+                                                                                     count=4).label
