@@ -120,13 +120,12 @@ class Engine:
             chunked = any(c is not None for c in conditions) or any(r.latents_only for r in requests)
             picture = None
             if info.image_condition == "pipeline":
-                if chunked:
-                    raise RenderError(f"{shape.model}: long videos are not yet available on the pipeline "
-                                      "image-to-video path")
                 # WanImageToVideoPipeline's inputs (its noise, mask and picture channels, image embedding), read
-                # by the one loop below as one of its steps.
+                # by the one loop below as one of its steps. A long video's later chunk is conditioned through
+                # the same channels on the chunk before's last frames (engine.i2v says why), not tied.
                 picture = i2v.prepare(pipe, [r.image for r in requests], shape.height, shape.width, shape.frames,
-                                      generators)
+                                      generators, tails=conditions)
+                conditions = None
             if denoise.supports(pipe):
                 steps = config.steps_for(shape.steps)
                 swap = self.swaps.get(shape.model)
@@ -198,7 +197,8 @@ class Engine:
         stages: dict[str, float] = {}
         for k in range(chunk_plan.chunks):
             condition = chunks[-1][:, -chunk_plan.overlap:] if chunks else None
-            # The picture starts the first chunk; later ones are tied to the chunk before.
+            # The picture starts the first chunk; later ones start from the chunk before (tied to its last latents,
+            # or on the pipeline image path conditioned on its last frames: engine.i2v).
             chunk = replace(request, seed=chunk_seed(request.seed, k), condition=condition, latents_only=True,
                             image=request.image if k == 0 else None)
             (done,) = self.render(RenderBatch(shape, (chunk,)))
@@ -220,7 +220,8 @@ class Engine:
         """For a first_frame model, each video's picture as its first latent frame (None for a video without one);
         None when no video of the batch has a picture. RenderError for a picture on a model that takes none."""
         if info.image_condition == "pipeline":
-            if any(r.image is None for r in requests):
+            # A long video's later chunks start from the chunk before (their condition) instead.
+            if any(r.image is None and r.condition is None for r in requests):
                 raise RenderError(f"model {info.name!r} renders from an image: every video needs one")
             return None
         if all(r.image is None for r in requests):
