@@ -17,7 +17,7 @@ latents (the tie the text path uses) decoded on their own, which the causal VAE 
 frames, since it decodes a first latent as one frame. That count puts this chunk's latent grid on the previous
 chunk's: this chunk's latent j ends on the frame where the previous chunk's latent (L - overlap + j) ends, so the
 stitch (engine.stitch) crossfades latents that cover the same frames. Chosen over tying the latents themselves (the
-text path's tie, engine.denoise `conditions`): the I2V model was trained to reproduce the frames its mask marks and
+text path's tie, engine.conditioning `conditions`): the I2V model was trained to reproduce the frames its mask marks and
 continue them, not to denoise around latents set from outside, and the previous chunk's latents sit on another time
 grid (its four-frame groups where this chunk's first latent is one frame); the mask is how the pipeline itself takes a
 first and a last frame (its `last_image`). The image encoder (Wan 2.1 I2V) reads the first known frame, the frame the
@@ -129,9 +129,11 @@ def denoise_i2v(pipe, *, images: list[np.ndarray], prompt_embeds: torch.Tensor,
     """Latents for a batch, as `pipe(image=..., output_type="latent")` returns them for one video: the inputs
     prepared here, denoised by the engine's loop in exact mode (two transformer calls a step, as the pipeline)."""
     from engine import denoise
+    from engine.conditioning import Conditioning
+    from engine.guidance import Guidance
 
     picture = prepare(pipe, images, height, width, frames, generators)
     return denoise.denoise(pipe, prompt_embeds=prompt_embeds, negative_prompt_embeds=negative_prompt_embeds,
-                           height=height, width=width, frames=frames, steps=steps, guidance=guidance,
-                           guidance_2=guidance_2, generators=generators, batched_guidance=False, picture=picture,
-                           should_stop=should_stop)
+                           height=height, width=width, frames=frames, steps=steps, generators=generators,
+                           guidance=Guidance(guidance, guidance_2, batched=False),
+                           conditioning=Conditioning(picture=picture), should_stop=should_stop)
