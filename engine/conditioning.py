@@ -78,18 +78,19 @@ class Conditioning:
         """A function setting each tied video's first latent frames at a step: an image's latent always clean; a
         chunk's condition noised to the step's level with the video's own initial noise (`noise`; clean with
         `clean_condition`), unless `released`. None when no video is tied."""
-        tied = []  # (video, clean latents, held: an image, tied to the end whatever the release)
+        found = []  # (video, clean latents, held: an image, tied to the end whatever the release)
         for i, latent in enumerate(self.conditions or ()):
             if latent is not None:
-                tied.append((i, latent, False))
+                found.append((i, latent, False))
         for i, latent in enumerate(self.images or ()):
             if latent is not None:
                 if self.conditions and self.conditions[i] is not None:
                     raise ValueError(f"video {i} of the batch has both an image and a chunk condition")
-                tied.append((i, latent, True))
-        if not tied:
+                found.append((i, latent, True))
+        if not found:
             return None
-        tied = [(i, c.to(noise.device, noise.dtype), noise[i, :, : c.shape[1]].clone(), held) for i, c, held in tied]
+        # with each tied video's own initial noise
+        tied = [(i, c.to(noise.device, noise.dtype), noise[i, :, : c.shape[1]].clone(), held) for i, c, held in found]
         clean = self.clean_condition
 
         def tie(latents: torch.Tensor, sigma: float, released: bool = False) -> torch.Tensor:

@@ -54,7 +54,11 @@ class Prompts:
 def prompts(guidance: Guidance, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.Tensor | None,
             device: torch.device, dtype: torch.dtype) -> Prompts:
     cond = prompt_embeds.to(device, dtype)
-    uncond = negative_prompt_embeds.to(device, dtype) if guidance.on else None
+    uncond = None
+    if guidance.on:
+        if negative_prompt_embeds is None:
+            raise ValueError(f"guidance {guidance.scale} needs negative prompt embeddings")
+        uncond = negative_prompt_embeds.to(device, dtype)
     return Prompts(cond, uncond, torch.cat([cond, uncond]) if guidance.on and guidance.batched else None)
 
 
@@ -72,6 +76,7 @@ def prediction(run: Run, guidance: Guidance, step: int, scale: float, x: torch.T
     else:
         noise_pred = run("cond", x, text.cond)
         if guide:
+            assert text.uncond is not None  # guide implies guidance.on, so prompts() made them
             noise_uncond = run("uncond", x, text.uncond)
     if guide:
         noise_pred = noise_uncond + scale * (noise_pred - noise_uncond)

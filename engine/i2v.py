@@ -27,7 +27,7 @@ Wan 2.2 TI2V (`expand_timesteps`) conditions on a clean first frame instead, the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -44,8 +44,8 @@ def supports(pipe) -> bool:
     return hasattr(pipe, "encode_image") and not pipe.config.expand_timesteps
 
 
-def prepare(pipe, images: list[np.ndarray | None], height: int, width: int, frames: int,
-            generators: list[torch.Generator], tails: list[torch.Tensor | None] | None = None) -> PictureInputs:
+def prepare(pipe, images: Sequence[np.ndarray | None], height: int, width: int, frames: int,
+            generators: list[torch.Generator], tails: Sequence[torch.Tensor | None] | None = None) -> PictureInputs:
     """Steps 3 and 5 of WanImageToVideoPipeline.__call__, one video at a time: from its picture (`images[i]`), or
     for a long video's later chunk from `tails[i]`, the clean latents (C, o, h, w) of the chunk before's last o
     latent frames (RenderRequest.condition)."""
