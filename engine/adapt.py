@@ -1,6 +1,6 @@
 """What a registration changes on a loaded pipeline (engine.registration): LoRA adapters fused into the transformer,
-a sampler in place of the folder's scheduler, a light decoder in place of the VAE's; and the identity its quality
-gates are recorded under.
+a sampler in place of the folder's scheduler, a light decoder in place of the VAE's. (The identity its quality gates
+are recorded under is engine.content_key's, read through Engine.gate_identity.)
 
 Adapters are loaded and fused once, at load, with diffusers' own LoRA API (PEFT underneath): each file converted
 from its published layout by diffusers and checked to lose no tensor (engine.adapter_files), `load_lora_weights`
@@ -11,15 +11,11 @@ then a plain transformer with changed weights, so a step costs what an unadapted
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import torch
 
 from engine import adapter_files, light_decoder
 from engine.models import ModelInfo
-from engine.registration import HIGH_NOISE, SAMPLERS, Sampler
-from engine.text_cache import ALL_PARTS, model_identity
+from engine.registration import SAMPLERS, Sampler
 
 
 def fuse_adapters(pipe, info: ModelInfo) -> None:
@@ -68,25 +64,3 @@ def apply(pipe, info: ModelInfo, device: torch.device):
     if info.sampler is not None:
         pipe.scheduler = scheduler(info.sampler, pipe.scheduler.config)
     return None if info.decoder is None else light_decoder.load(info.decoder, device, torch.float32)
-
-
-def identity(info: ModelInfo, folder: Path) -> str:
-    """What a registration's quality gates are recorded under: the folder's identity (engine.text_cache, every part),
-    and, when it has them, its adapters (file names, sizes, mtimes, scales and experts), sampler and decoder. A
-    registration without them has the folder's identity unchanged, so gates recorded before these fields existed
-    still hold; likewise an adapter on the high-noise expert (the default, and the only one before experts could be
-    named) adds what it added then, and one on the low-noise expert adds its expert too."""
-    base = model_identity(folder, ALL_PARTS)
-    if not info.adapters and info.sampler is None and info.decoder is None:
-        return base
-    digest = hashlib.sha256(base.encode())
-    for adapter in info.adapters:
-        stat = adapter.path.stat()
-        digest.update(f"adapter\0{adapter.path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\0{adapter.scale!r}\0".encode())
-        if adapter.expert != HIGH_NOISE:
-            digest.update(f"expert\0{adapter.expert}\0".encode())
-    if info.sampler is not None:
-        digest.update(f"sampler\0{info.sampler.key()}\0".encode())
-    if info.decoder is not None:
-        digest.update(f"decoder\0{model_identity(info.decoder.parent, (info.decoder.name,))}\0".encode())
-    return digest.hexdigest()

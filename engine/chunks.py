@@ -4,7 +4,7 @@ A model renders at most a window of frames (ModelInfo.max_frames: what it was tr
 in latent frames (Wan's causal VAE: latent 0 is one frame, every later latent `temporal_factor` frames): N chunks of
 the window's latent length, each overlapping the one before by `overlap` latents. Chunk k+1 is generated with its
 first `overlap` latents tied to chunk k's last ones (at each step, re-noised to its level or held clean, as the
-model's `chunk_condition` says: engine.denoise), and the stitched latent video keeps chunk 0 whole and, from each
+model's `chunk_condition` says: engine.conditioning), and the stitched latent video keeps chunk 0 whole and, from each
 later chunk, a crossfade over the overlap and the rest.
 Every chunk has the window's shape, so chunks batch with short videos of that shape; cost grows linearly with the
 number of chunks and memory stays at one window. The last chunk renders a whole window too (same shape) and the

@@ -12,15 +12,17 @@ from dataclasses import replace
 
 import torch
 
-from engine import denoise, i2v
+from engine import denoise, i2v, stopping
 from engine.checks import check_images, check_shape, checked
 from engine.chunks import chunk_seed
 from engine.clock import StageClock
+from engine.conditioning import Conditioning
 from engine.config import EngineConfig
 from engine.decode import decode_uint8
-from engine.errors import RenderError, RenderInterrupted, RetryableRenderError
+from engine.errors import RenderError, RetryableRenderError
 from engine.experts import ExpertSwap
 from engine.first_frame import first_frame_latents
+from engine.guidance import Guidance
 from engine.models import ModelInfo, Registry
 from engine.pipelines import PipelineCache
 from engine.stitch import seam_score, stitch
@@ -114,32 +116,18 @@ class Engine:
             # and chunk ties, the expert swap); or, for a pipeline it does not know, diffusers' own stopped before
             # decoding.
             config = self.config
-            conditions = [r.condition for r in requests]
-            check_images(shape, requests)
-            images = self._first_frames(info, pipe, requests)
-            chunked = any(c is not None for c in conditions) or any(r.latents_only for r in requests)
-            picture = None
-            if info.image_condition == "pipeline":
-                if chunked:
-                    raise RenderError(f"{shape.model}: long videos are not yet available on the pipeline "
-                                      "image-to-video path")
-                # WanImageToVideoPipeline's inputs (its noise, mask and picture channels, image embedding), read
-                # by the one loop below as one of its steps.
-                picture = i2v.prepare(pipe, [r.image for r in requests], shape.height, shape.width, shape.frames,
-                                      generators)
+            conditioning = self._conditioning(info, pipe, shape, requests, generators)
             if denoise.supports(pipe):
                 steps = config.steps_for(shape.steps)
                 swap = self.swaps.get(shape.model)
+                guidance = Guidance(shape.guidance, info.guidance_2, config.batched_guidance,
+                                    config.guided_steps(steps))
                 latents = denoise.denoise(
                     pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=shape.height,
-                    width=shape.width, frames=shape.frames, steps=steps, guidance=shape.guidance,
-                    guidance_2=info.guidance_2, generators=generators, batched_guidance=config.batched_guidance,
-                    guidance_steps=config.guided_steps(steps), conditions=conditions,
-                    release_sigma=config.chunk_release_sigma, clean_condition=info.chunk_condition == "clean",
-                    images=images, should_stop=should_stop, activate=swap.activate if swap else None,
-                    picture=picture,
+                    width=shape.width, frames=shape.frames, steps=steps, generators=generators, guidance=guidance,
+                    conditioning=conditioning, should_stop=should_stop, activate=swap.activate if swap else None,
                 )
-            elif config.lossy() or chunked or images or picture is not None:
+            elif config.lossy() or conditioning.any or any(r.latents_only for r in requests):
                 raise RenderError(f"{shape.model}: lossy settings, long videos and first frames need a pipeline "
                                   "engine.denoise supports")
             else:
@@ -154,7 +142,7 @@ class Engine:
                     generator=generators,
                     output_type="latent",
                     max_sequence_length=info.max_sequence_length,
-                    callback_on_step_end=_stop_check(should_stop) if should_stop else None,
+                    callback_on_step_end=stopping.on_step_end(should_stop) if should_stop else None,
                 ).frames
             clock.lap("denoise")
             # 2. Decode, as WanPipeline.__call__ ends, to uint8 on the device (chunks of a long video keep their
@@ -198,7 +186,8 @@ class Engine:
         stages: dict[str, float] = {}
         for k in range(chunk_plan.chunks):
             condition = chunks[-1][:, -chunk_plan.overlap:] if chunks else None
-            # The picture starts the first chunk; later ones are tied to the chunk before.
+            # The picture starts the first chunk; later ones start from the chunk before (tied to its last latents,
+            # or on the pipeline image path conditioned on its last frames: engine.i2v).
             chunk = replace(request, seed=chunk_seed(request.seed, k), condition=condition, latents_only=True,
                             image=request.image if k == 0 else None)
             (done,) = self.render(RenderBatch(shape, (chunk,)))
@@ -216,11 +205,27 @@ class Engine:
         seams = seam_score(video.frames, chunk_plan.seams()) if video.frames is not None else None
         return replace(video, stages=add_stages(stages, video.stages), seam_score=seams)
 
+    def _conditioning(self, info: ModelInfo, pipe, shape: Shape, requests, generators) -> Conditioning:
+        """What the batch's videos start from besides their text (engine.conditioning): a long video's chunk tied
+        to the chunk before, a first frame, or on the pipeline image path WanImageToVideoPipeline's inputs (its
+        noise, mask and picture channels, image embedding), read by the one loop as one of its steps. There a long
+        video's later chunk is conditioned through the same channels on the chunk before's last frames (engine.i2v
+        says why), not tied."""
+        conditions = [r.condition for r in requests]
+        check_images(shape, requests)
+        images = self._first_frames(info, pipe, requests)
+        if info.image_condition == "pipeline":
+            return Conditioning(picture=i2v.prepare(pipe, [r.image for r in requests], shape.height, shape.width,
+                                                    shape.frames, generators, tails=conditions))
+        return Conditioning(conditions=conditions, release_sigma=self.config.chunk_release_sigma,
+                            clean_condition=info.chunk_condition == "clean", images=images)
+
     def _first_frames(self, info: ModelInfo, pipe, requests) -> list[torch.Tensor] | None:
         """For a first_frame model, each video's picture as its first latent frame (None for a video without one);
         None when no video of the batch has a picture. RenderError for a picture on a model that takes none."""
         if info.image_condition == "pipeline":
-            if any(r.image is None for r in requests):
+            # A long video's later chunks start from the chunk before (their condition) instead.
+            if any(r.image is None and r.condition is None for r in requests):
                 raise RenderError(f"model {info.name!r} renders from an image: every video needs one")
             return None
         if all(r.image is None for r in requests):
@@ -256,14 +261,4 @@ class Engine:
         prompts = [r.prompt for r in requests]
         negatives = [r.negative_prompt or "" for r in requests]  # WanPipeline's own default negative prompt
         return lookup(prompts), (lookup(negatives) if shape.guidance > 1.0 else None)
-
-
-def _stop_check(should_stop: Callable[[], str | None]):
-    def on_step_end(pipe, step, timestep, callback_kwargs):
-        reason = should_stop()
-        if reason:
-            raise RenderInterrupted(reason)
-        return callback_kwargs
-
-    return on_step_end
 

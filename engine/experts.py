@@ -1,4 +1,5 @@
-"""A two-expert pipeline's experts, and keeping the idle one in CPU memory (ModelInfo.offload_idle_expert).
+"""A two-expert pipeline's experts: which one runs each step (Stages), and keeping the idle one in CPU memory
+(ModelInfo.offload_idle_expert).
 
 Wan2.2-T2V-A14B runs a high-noise transformer for the early steps and a low-noise one after the boundary; each is
 14B parameters, 28 GB in bf16, so the pair needs 57 GB of device memory before any activations. Only one runs at a
@@ -18,8 +19,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from engine.guidance import Guidance
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +34,46 @@ log = logging.getLogger(__name__)
 def experts(pipe) -> list[torch.nn.Module]:
     """The pipeline's transformers: one, or the high-noise and the low-noise expert."""
     return [m for m in (pipe.transformer, getattr(pipe, "transformer_2", None)) if m is not None]
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Which expert runs a step of the engine's loop (engine.denoise), at which guidance scale, as
+    WanPipeline.__call__ picks them: on Wan 2.2 A14B `transformer` while the timestep is at or above `boundary`
+    (boundary_ratio x num_train_timesteps) with the first scale, `transformer_2` below it with the second; on a
+    one-transformer model (no boundary) `transformer` at every step. `activate` (ExpertSwap.activate) is called with
+    each step's expert before it runs."""
+
+    high: torch.nn.Module
+    low: torch.nn.Module | None
+    boundary: float | None
+    scale: float
+    scale_2: float
+    activate: Callable[[torch.nn.Module], None] | None = None
+
+    def at(self, t: torch.Tensor) -> tuple[torch.nn.Module, float]:
+        """The expert for timestep `t`, activated, and its scale."""
+        if self.boundary is None or t >= self.boundary:  # Wan 2.1, or Wan 2.2's high-noise stage
+            model, scale = self.high, self.scale
+        else:  # Wan 2.2's low-noise stage
+            model, scale = self.low, self.scale_2
+        if self.activate is not None:
+            self.activate(model)
+        return model, scale
+
+
+def stages(pipe, guidance: Guidance, activate: Callable[[torch.nn.Module], None] | None = None) -> Stages:
+    """The pipeline's stages for a batch, with the registration's `guidance_2` on the low-noise one (the pipeline's
+    default for it: the first scale). Resets each expert's step cache (diffusers' hooks keep state per named call,
+    per expert), as every batch starts one."""
+    for model in experts(pipe):
+        if getattr(model, "is_cache_enabled", False):
+            model._reset_stateful_cache()
+    if pipe.config.boundary_ratio is None:
+        return Stages(pipe.transformer, None, None, guidance.scale, guidance.scale, activate)
+    boundary = pipe.config.boundary_ratio * pipe.scheduler.config.num_train_timesteps
+    scale_2 = guidance.scale if guidance.scale_2 is None else guidance.scale_2
+    return Stages(pipe.transformer, pipe.transformer_2, boundary, guidance.scale, scale_2, activate)
 
 
 class ExpertSwap:

@@ -4,7 +4,7 @@ Wan's VAE is causal in time: its first latent frame encodes frame 0 alone, so a 
 is exactly the latent a video starting with that picture has first. WanImageToVideoPipeline.prepare_latents computes
 this for Wan 2.2 TI2V (expand_timesteps): the picture preprocessed by the pipeline's video processor, encoded, the
 posterior's mode taken and normalised with the VAE's latent statistics. The denoising loop then holds it clean with
-timestep 0 on its tokens (engine.denoise, `images`).
+timestep 0 on its tokens (engine.conditioning, `images`).
 """
 
 from __future__ import annotations

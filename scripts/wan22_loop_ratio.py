@@ -25,6 +25,7 @@ import torch
 
 from engine import denoise
 from engine.bench_models import build_wan22_a14b_widths_cpu, build_wan22_ti2v_widths_cpu
+from engine.guidance import Guidance
 
 # (builder, width, height, frames, steps, guidance, guidance_2): 192 tokens a video for both (3 latent frames of
 # 8x8 patches). At 4 steps the A14B's UniPC timesteps (flow shift 3) are 999, 900 (high-noise expert) and 750, 500
@@ -52,8 +53,8 @@ def measure(build, width: int, height: int, frames: int, steps: int, guidance: f
 
     def engine(batched: bool):
         return denoise.denoise(pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=height,
-                               width=width, frames=frames, steps=steps, guidance=guidance, guidance_2=guidance_2,
-                               generators=generators(), batched_guidance=batched)
+                               width=width, frames=frames, steps=steps, generators=generators(),
+                               guidance=Guidance(guidance, guidance_2, batched=batched))
 
     sides = {
         "diffusers": lambda: pipe(prompt_embeds=embeds, negative_prompt_embeds=negative, height=height, width=width,

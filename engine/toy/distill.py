@@ -10,7 +10,7 @@ alone (one pass, no unconditional one). Windows and stages:
 
 1. teacher: free samples of every prompt, from seeds that are not the quality set's (jobs.quality uses 7000-7079;
    these are drawn from [10^6, 2^31)), in shards of `shard` samples, each saved as it finishes.
-2. continuations: the teacher continuing a clean prefix as a long video's next chunk does (engine.denoise's clean
+2. continuations: the teacher continuing a clean prefix as a long video's next chunk does (engine.conditioning's clean
    tie: the prefix held clean, timestep 0 on its tokens): the prefix is the last `prefix_latents` of a free teacher
    sample of the same prompt, the rest from new noise.
 3. student: a LoRA (peft) on the teacher's transformer, trained on both kinds of trajectory; its prefix latents are

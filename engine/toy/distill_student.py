@@ -51,7 +51,7 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
                 lr: float, rollout: float, landing: bool, start: dict | None) -> dict:
     from peft.utils import set_peft_model_state_dict
 
-    from engine.denoise import tied_tokens
+    from engine.conditioning import tied_tokens
     from engine.toy.train_transformer import prompt_table
 
     _, embeds, _ = prompt_table(pipe)
@@ -77,7 +77,7 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
 
     def velocity(x, k, text, prefix):
         """The student's velocity at each sample's window k (B,), in one forward: a timestep per sample, or per
-        token with 0 on a continuation's clean prefix, as engine.denoise's clean tie gives it."""
+        token with 0 on a continuation's clean prefix, as engine.conditioning's clean tie gives it."""
         t = sigmas[k] * 1000
         if prefix.any():
             clean = tied_tokens(prefix, x, patch)
@@ -153,7 +153,7 @@ def student_finals(pipe, config: DistillConfig, finished: dict, data: dict, batc
     the engine renders toy-fast."""
     from peft.utils import set_peft_model_state_dict
 
-    from engine.denoise import tied_tokens
+    from engine.conditioning import tied_tokens
     from engine.toy.train_transformer import prompt_table
 
     _, embeds, _ = prompt_table(pipe)

@@ -96,8 +96,8 @@ def teacher_trajectory(transformer, noise: torch.Tensor, text: torch.Tensor, emp
                        sigmas: torch.Tensor, bounds: list[int], prefix: torch.Tensor | None) -> torch.Tensor:
     """engine.denoise's loop with guidance batched, on explicit sigmas: (B, len(bounds), C, L, h, w), the state at
     each boundary. With `prefix` (B, C, p, h, w) the first p latents are held clean with timestep 0 on their tokens,
-    as engine.denoise's clean tie does."""
-    from engine.denoise import tied_tokens
+    as engine.conditioning's clean tie does."""
+    from engine.conditioning import tied_tokens
 
     x = noise.clone()
     batch = len(x)

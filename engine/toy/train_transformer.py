@@ -108,7 +108,7 @@ def _flow_matching(model, config: TrainConfig, work: Path, logger: "Logger", *, 
                    lr: float, warmup: int, ema: float, fixed_decay: bool = False) -> dict:
     """The transformer's training loop. `batch(rng)` gives clean latents, text and each clip's number of
     clean prefix latents (0: none); a prefix stays clean, its tokens get timestep 0 and it is outside the loss."""
-    from engine.denoise import tied_tokens
+    from engine.conditioning import tied_tokens
 
     model.requires_grad_(True).train()
     average = copy.deepcopy(model).requires_grad_(False).eval()

@@ -119,12 +119,6 @@ def check_video_image(vmap: Map, prefix: str, defaults: dict, video: VideoSpec, 
         report(*where("image"), f"model {info.name!r} does not take images (models that do: "
                                 f"{', '.join(takers) or 'none registered'})")
         return False
-    if info.image_condition == "pipeline" and video.chunks > 1:
-        longest = info.max_frames / video.fps
-        report(*where("duration_s"), f"{video.requested_duration_s:g} s at {video.fps} fps is {video.frames} frames; "
-                                     f"model {info.name!r} renders a video from an image in one window of "
-                                     f"{info.max_frames} frames, at most {longest:g} s at {video.fps} fps")
-        return False
     return True
 
 

@@ -84,8 +84,10 @@ def test_the_tie_holds_the_overlap_noised_to_each_step_or_clean(model_cache, cle
     video in the same batch is left alone, and the overlap comes out equal to the condition either way. Held clean,
     the overlap's tokens get timestep 0 and every other token the step's."""
     from engine import denoise
+    from engine.conditioning import Conditioning
     from engine.config import EngineConfig
     from engine.engine import Engine
+    from engine.guidance import Guidance
     from engine.models import Registry
 
     pipe = Engine(EngineConfig(cache_dir=model_cache), Registry()).pipeline("tiny")
@@ -100,8 +102,8 @@ def test_the_tie_holds_the_overlap_noised_to_each_step_or_clean(model_cache, cle
     hook = pipe.transformer.register_forward_pre_hook(record, with_kwargs=True)
     try:
         latents = denoise.denoise(pipe, prompt_embeds=embeds, negative_prompt_embeds=None, height=64, width=64,
-                                  frames=9, steps=3, guidance=1.0, conditions=[condition, None],
-                                  clean_condition=clean,
+                                  frames=9, steps=3, guidance=Guidance(1.0),
+                                  conditioning=Conditioning(conditions=[condition, None], clean_condition=clean),
                                   generators=[torch.Generator().manual_seed(s) for s in (5, 6)])
     finally:
         hook.remove()

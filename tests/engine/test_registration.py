@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from engine import adapt, light_decoder
+from engine import light_decoder
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
 from engine.models import TINY
 from engine.models_file import load_registry
-from engine.text_cache import ALL_PARTS, model_identity
 from engine.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
@@ -183,16 +182,21 @@ def test_the_light_decoder_is_causal_and_gives_one_frame_for_latent_0():
 
 
 def test_identity_includes_adapters_sampler_and_decoder_and_is_unchanged_without_them(tiny, lora, tmp_path):
+    """The identity the engine records and checks quality gates under (Engine.gate_identity): each addition makes
+    another one, a scale alone too; the same folder with nothing added is the same identity under another name."""
     make_decoder(tmp_path / "decoder")
     registry = load_registry(models_file(tmp_path, (
         f"plain:\n  path: {tiny}\n"
+        f"again:\n  path: {tiny}\n"
         f"lora:\n  path: {tiny}\n  adapters: [{{path: {lora}}}]\n"
         f"half:\n  path: {tiny}\n  adapters: [{{path: {lora}, scale: 0.5}}]\n"
         f"euler:\n  path: {tiny}\n  sampler: {{name: flow_euler, shift: 3}}\n"
         f"light:\n  path: {tiny}\n  decoder: {tmp_path / 'decoder'}\n")))
-    ids = {name: adapt.identity(registry.get(name), tiny) for name in ("plain", "lora", "half", "euler", "light")}
-    assert ids["plain"] == model_identity(tiny, ALL_PARTS), "gates recorded before these fields still hold"
-    assert len(set(ids.values())) == 5
+    engine = Engine(EngineConfig(cache_dir=tmp_path / "cache"), registry)
+    ids = {name: engine.gate_identity(registry.get(name))
+           for name in ("plain", "again", "lora", "half", "euler", "light")}
+    assert ids["plain"] == ids["again"]
+    assert len({ids[name] for name in ("plain", "lora", "half", "euler", "light")}) == 5
 
 
 @pytest.mark.parametrize("entry, message", [

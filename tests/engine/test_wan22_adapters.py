@@ -10,7 +10,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine import adapt
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
@@ -174,5 +173,6 @@ def test_the_gate_identity_covers_the_expert(a14b, pair, tmp_path):
     registry = load_registry(models_file(tmp_path, "".join(
         f"{name}:\n  path: {a14b}\n  adapters: [{{path: {high}{extra}}}]\n"
         for name, extra in (("implicit", ""), ("high", ", expert: high_noise"), ("low", ", expert: low_noise")))))
-    ids = {name: adapt.identity(registry.get(name), a14b) for name in ("implicit", "high", "low")}
+    engine = Engine(EngineConfig(cache_dir=tmp_path / "cache"), registry)
+    ids = {name: engine.gate_identity(registry.get(name)) for name in ("implicit", "high", "low")}
     assert ids["implicit"] == ids["high"] != ids["low"]

@@ -148,3 +148,25 @@ def test_a_long_video_reads_its_image_for_the_first_chunk_only(farm, monkeypatch
 def _seed(factory) -> int:
     with factory() as s:
         return s.scalar(select(Video.seed))
+
+
+def test_a_long_video_from_a_picture_on_the_pipeline_image_path_finishes_as_one_mp4(farm):
+    """`tiny-i2v` (image_condition: pipeline, a 33-frame window): 6 s at 8 fps is 49 frames, two chunks, the second
+    conditioned on the first's last frames (engine.i2v); the stored MP4 decodes to 49 frames and is the video
+    Engine.render_long makes in one process."""
+    from engine.chunks import plan
+
+    settings, factory, engine, submit, tmp_path = farm
+    (tmp_path / "a.png").write_bytes(png(picture(8, 32, 32)))
+    submit("name: r\nmodel: tiny-i2v\ndefaults: {steps: 2, resolution: 32x32}\nvideos: [{id: a, prompt: p, image: a.png, duration_s: 6}]\n")
+    while render_next_batch(settings, engine, factory).claimed:
+        pass
+    with factory() as s:
+        video = s.scalar(select(Video))
+    assert (Status(video.status), video.chunks) == (Status.SUCCEEDED, 2)
+    frames = stored(tmp_path, "r", "a")
+    assert frames.shape == (49, 32, 32, 3)
+    reference, _ = engine.render_long(Shape("tiny-i2v", 32, 32, 33, 2, 5.0),
+                                      RenderRequest(1, "p", None, _seed(factory), image=picture(8, 32, 32)),
+                                      plan(49, 33, 2, 4))
+    assert same_video(frames, round_trip(reference.frames, 8))
