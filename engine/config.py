@@ -75,6 +75,10 @@ class EngineConfig:
     # runs only behind a passing gate for that model and mode. "native" (set by lossless and exact) puts every model
     # at native precision whatever its registration says.
     precision: str = "auto"
+    # The text encoder's own precision (engine.precision.text_encoder_mode) over its registration's
+    # `text_encoder_precision:`: None leaves the registration's; set by `bench --quality --setting
+    # text_encoder_precision=MODE` to measure a mode's gate; "native" (lossless, exact): as the pipeline.
+    text_encoder_precision: str | None = None
 
     def exact(self) -> EngineConfig:
         """This config with every switch that changes output bits off: what a plain diffusers call computes."""
@@ -85,7 +89,7 @@ class EngineConfig:
         native precision): the exact mode a gate measures them against."""
         attention = "native" if gated_attention(self.attention) else self.attention
         return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0, attention=attention,
-                       precision="native")
+                       precision="native", text_encoder_precision="native")
 
     def lossy(self) -> str:
         """The lossy accelerators this config turns on, as a stable key ("" when none): what a gate is recorded
@@ -114,9 +118,17 @@ class EngineConfig:
                                      "its name); others need no gate")
                 values[name] = raw.strip()
                 continue
+            if sep and name == "text_encoder_precision":
+                from engine.precision import check_mode  # torch-free; here to keep this module's imports plain
+
+                try:
+                    values[name] = check_mode(raw.strip())
+                except ValueError as exc:
+                    raise ValueError(f"{part!r}: text_encoder_{exc}") from None
+                continue
             if not sep or name not in LOSSY_RANGES:
-                raise ValueError(f"{part!r}: expected NAME=VALUE with NAME one of {', '.join(LOSSY_RANGES)} or "
-                                 "attention")
+                raise ValueError(f"{part!r}: expected NAME=VALUE with NAME one of {', '.join(LOSSY_RANGES)}, "
+                                 "attention or text_encoder_precision")
             try:
                 value = float(raw)
             except ValueError:

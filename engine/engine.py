@@ -26,7 +26,7 @@ from engine.guidance import Guidance
 from engine.models import ModelInfo, Registry
 from engine.pipelines import PipelineCache
 from engine.stitch import seam_score, stitch
-from engine.text_cache import TEXT_PARTS, TextEmbeddingCache
+from engine.text_cache import TextEmbeddingCache
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape, add_stages
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ class Engine:
             if self.text_cache is None:
                 return encode(texts)
             if shape.model not in self._identities:
-                self._identities[shape.model] = self.identity(info, TEXT_PARTS)
+                self._identities[shape.model] = self.pipelines.text_identity(info)  # an 8-bit encoder's own
             return self.text_cache.embeddings(self._identities[shape.model], pipe.text_encoder.dtype,
                                               info.max_sequence_length, texts, encode).to(device)
 

@@ -35,10 +35,14 @@ def pipeline_class(info: ModelInfo):
     return WanPipeline
 
 
-def load_pipeline(info: ModelInfo, path: Path, dtype: torch.dtype):
+def load_pipeline(info: ModelInfo, path: Path, dtype: torch.dtype, text_encoder_dtype: torch.dtype | None = None):
     """The pipeline in `path` (or `info.base` with `path`'s components over it), safetensors only. Wan's VAE is
-    numerically sensitive: it stays in fp32 whatever the transformer runs in."""
+    numerically sensitive: it stays in fp32 whatever the transformer runs in. `text_encoder_dtype`: the text
+    encoder's own (engine.precision.text_encoder_mode), loaded so by transformers, which keeps UMT5's `wo` layers
+    in fp32 under fp16 (its _keep_in_fp32_modules)."""
     dtypes = {"default": dtype, "vae": torch.float32}
+    if text_encoder_dtype is not None:
+        dtypes["text_encoder"] = text_encoder_dtype
     if info.base is None:
         return pipeline_class(info).from_pretrained(path, dtype=dtypes, use_safetensors=True)
     own = {}

@@ -94,6 +94,9 @@ class ModelInfo:
     # The precision it renders at (engine.precision.MODES); None: the engine's default (REELBATCH_PRECISION). A mode
     # below native is lossy: refused until its quality gate for this model passed.
     precision: str | None = None
+    # Its text encoder's own precision (engine.precision.text_encoder_mode), gated the same way; None: as the
+    # pipeline (`precision`'s float type, the native one under an 8-bit mode).
+    text_encoder_precision: str | None = None
     # The limits every rendered video of this model is checked against (engine.video_checks): the documented
     # defaults, or the models file's `checks:` mapping over them.
     checks: Thresholds = DEFAULT_THRESHOLDS

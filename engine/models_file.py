@@ -54,6 +54,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
           mixed_image_batches: true # image and text-only videos of one shape may share a batch
           base: /models/Wan2.1-I2V-14B-480P-Diffusers  # components the folder lacks are loaded from here
           precision: int8           # engine.precision: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (gated)
+          text_encoder_precision: int8-weight  # the text encoder's own, the same modes (gated); left out: as above
           checks: {max_flicker: 45, min_motion: 1.0}  # engine.video_checks.Thresholds over its defaults
     """
     registry = Registry()
@@ -103,6 +104,7 @@ def load_registry(models_file: Path | None = None) -> Registry:
             mixed_image_batches=_flag(models_file, name, "mixed_image_batches", entry.get("mixed_image_batches", True)),
             base=base,
             precision=_precision(where, entry.get("precision")),
+            text_encoder_precision=_precision(where, entry.get("text_encoder_precision"), "text_encoder_precision"),
             checks=_checks(models_file, name, entry.get("checks")),
         )
     for info in registry.models.values():
@@ -217,11 +219,12 @@ def _flag(models_file: Path, name: str, key: str, value: object) -> bool:
     return value
 
 
-def _precision(where: str, value: object) -> str | None:
-    """A mode of engine.precision.MODES, or None (left out: REELBATCH_PRECISION's)."""
+def _precision(where: str, value: object, key: str = "precision") -> str | None:
+    """A mode of engine.precision.MODES, or None (left out: `precision` is REELBATCH_PRECISION's,
+    `text_encoder_precision` the pipeline's)."""
     if value is None:
         return None
     try:
         return check_mode(value)
     except ValueError as exc:
-        raise ModelNotFound(f"{where}: {exc}") from None
+        raise ModelNotFound(f"{where}: {key}{str(exc).removeprefix('precision')}") from None

@@ -25,7 +25,7 @@ from engine.fast_ops import use_fast_vae_norm
 from engine.loading import load_pipeline
 from engine.models import ModelInfo, Registry
 from engine.precision import PrecisionRefused
-from engine.text_cache import model_identity
+from engine.text_cache import TEXT_PARTS, model_identity
 from engine.tiny import ensure_builtin
 
 log = logging.getLogger(__name__)
@@ -62,9 +62,25 @@ class PipelineCache:
         mode = precision.mode_for(self.config.precision, self.registry.get(name).precision)
         return precision.resolve(mode, self.native(device_type))
 
+    def text_encoder_precision(self, name: str, device_type: str | None = None) -> str | None:
+        """The text encoder's own precision here (engine.precision.text_encoder_mode), `auto` resolved; None: as the
+        pipeline."""
+        mode = precision.text_encoder_mode(self.config.text_encoder_precision,
+                                           self.registry.get(name).text_encoder_precision)
+        return None if mode is None else precision.resolve(mode, self.native(device_type))
+
     def gate_setting(self, name: str, device_type: str | None = None) -> str:
-        """What the model's lossy gate is keyed by here: the lossy accelerators and a precision below native."""
-        return precision.gate_setting(self.config.lossy(), self.precision(name, device_type), self.native(device_type))
+        """What the model's lossy gate is keyed by here: the lossy accelerators and a precision below native (the
+        text encoder's own, the pipeline's)."""
+        return precision.gate_setting(self.config.lossy(), self.precision(name, device_type), self.native(device_type),
+                                      self.text_encoder_precision(name, device_type))
+
+    def text_identity(self, info: ModelInfo) -> str:
+        """What the text-embedding cache keys a model's embeddings by: its text encoder's files, and an 8-bit text
+        encoder's mode (its dtype, also in the key, is the float type it computes in, the same as exact mode's)."""
+        own = self.identity(info, TEXT_PARTS)
+        mode = self.text_encoder_precision(info.name)
+        return f"{own}+{mode}" if mode in precision.EIGHT_BIT else own
 
     def check_precision(self, name: str, facts: tuple[str, tuple[int, int] | None] | None = None) -> None:
         """Refuse (engine.precision.PrecisionRefused) a precision this device cannot run, and (UngatedSetting) one
@@ -78,7 +94,12 @@ class PipelineCache:
         problem = precision.device_problem(mode, *facts)
         if problem is not None:
             raise PrecisionRefused(f"model {name!r}: precision {mode} cannot run here: {problem}")
-        if precision.lossy(mode, self.native(facts[0])):
+        text = self.text_encoder_precision(name, facts[0])
+        problem = None if text is None else precision.device_problem(text, *facts)
+        if problem is not None:
+            raise PrecisionRefused(f"model {name!r}: text_encoder_precision {text} cannot run here: {problem}")
+        native = self.native(facts[0])
+        if precision.lossy(mode, native) or (text is not None and precision.lossy(text, native)):
             self.check_gate(name, facts[0])
 
     def check_gate(self, name: str, device_type: str | None = None) -> None:
@@ -137,11 +158,14 @@ class PipelineCache:
             self.check_gate(name)
             mode = self.precision(name)
             device, dtype = self.config.torch_device(), precision.compute_dtype(mode, self.config.torch_dtype())
+            text = self.text_encoder_precision(name)
+            text_dtype = None if text is None else precision.compute_dtype(text, self.config.torch_dtype())
             path = self.model_path(info)
             # After the checks above, so a model that cannot load unloads none.
             self._make_room(max(self.config.max_models, 1) - 1)
-            log.info("loading model %s from %s on %s (%s, precision %s)", name, path, device, dtype, mode)
-            pipe = load_pipeline(info, path, dtype)
+            log.info("loading model %s from %s on %s (%s, precision %s, text encoder %s)", name, path, device, dtype,
+                     mode, text or mode)
+            pipe = load_pipeline(info, path, dtype, text_dtype)
             # A registration's adapters fused, its sampler and light decoder (engine.adapt), before compiling.
             self._decoders[name] = adapt.apply(pipe, info, device)
             if info.offload_idle_expert and getattr(pipe, "transformer_2", None) is not None:
@@ -152,6 +176,9 @@ class PipelineCache:
                         component.to(device)
             else:
                 pipe.to(device)
+            if text in precision.EIGHT_BIT:
+                # Where its weights are, before it is offloaded (its 8-bit weights are what waits in CPU memory).
+                precision.quantize(pipe.text_encoder, text, keep=precision.TEXT_ENCODER_KEEP)
             if self.config.offloads_text_encoder():
                 pipe.text_encoder.to("cpu")  # to the device only to encode what the cache lacks (Engine._embeddings)
             pipe.set_progress_bar_config(disable=True)

@@ -15,7 +15,10 @@ matmul dispatches to int8/fp8 kernels (torch._int_mm, torch._scaled_mm), so the 
 torch.compile keep working unchanged; no kernel is written here.
 
 Only the transformer's Linear layers are quantized; the layers in KEEP stay in float, as do its norms, its patch
-embedding (a Conv3d), the text encoder and the VAE (KEEP below says why and where it was measured).
+embedding (a Conv3d), the text encoder and the VAE (KEEP below says why and where it was measured). The text encoder
+has a mode of its own (a registration's `text_encoder_precision:`, text_encoder_mode): a float mode loads it in that
+type, an 8-bit one quantizes its Linear layers as above; its memory matters more than its time (UMT5-XXL is 11 GB in
+bf16, and encodes each distinct prompt once: engine.text_cache), and it is gated like the transformer's.
 
 A mode other than the native one or fp32 changes output bits, so it is a lossy setting like the step cache: the
 engine uses it only behind a passing quality gate recorded for that model and that mode (engine.gates, setting
@@ -40,16 +43,29 @@ MODES = ("auto", *FLOATS, *EIGHT_BIT)
 # EngineConfig.precision's value that puts every model at its native precision, whatever its registration says: the
 # exact mode a gate measures a precision against (EngineConfig.lossless, .exact).
 NATIVE = "native"
-# The transformer layers kept in float under an 8-bit mode, by name prefix. The output projection (proj_out): its
-# error lands on the predicted velocity with nothing after it to average it out, and it is 0.1% of the bytes (1536 x
-# 64 in Wan 2.1). The condition embedder (timestep and text projections) is quantized: it is 17% of the `cpu`
+# The transformer layers kept in float under an 8-bit mode, by name prefix. The output projection (proj_out): it is
+# 0.1% of the bytes (1536 x 64 in Wan 2.1) and its error lands on the predicted velocity with nothing after it; on
+# the toy model it is the group whose int8 error is least (54.3 dB mean PSNR alone), so it is kept for its price,
+# not its error. The condition embedder (timestep and text projections) is quantized: it is 17% of the `cpu`
 # preset's 2-block transformer (time_proj alone 14.2M of 112.8M parameters), so keeping it in fp32 would leave the
-# 8-bit modes at 0.38x of fp32's bytes there, and the toy model rendered with every Linear in int8 weights stayed
-# at 47.6 dB mean PSNR to exact. Measured: docs/PERFORMANCE.md, "Lower precision"; scripts/precision_keep.py.
+# 8-bit modes at 0.38x of fp32's bytes there. Measured by layer group on the toy model's gate (32 videos at int8,
+# each group alone): self-attention 47.4 dB, condition embedder 49.1, feed-forward 50.5, output projection 54.3,
+# cross-attention 54.7, every Linear 44.6; `int8-weight` passes the gate with this list and `int8` fails it by one
+# flipped verdict of 32, as it still does with the condition embedder or the self-attention also kept (45.0 and
+# 46.3 dB), so neither is worth its bytes. docs/PERFORMANCE.md, "Lower precision"; scripts/precision_keep.py
+# --groups, scripts/precision_keep_gate.py.
 KEEP = ("proj_out",)
 # FP8 matmuls (torch._scaled_mm) need FP8 tensor cores: compute capability 8.9 (Ada) or above.
 FP8_CAPABILITY = (8, 9)
 SETTING = "precision"
+# The text encoder's own mode (a registration's `text_encoder_precision:`, or `bench --quality --setting
+# text_encoder_precision=MODE`): its gate key part, after the accelerators' and before `precision=MODE`.
+TEXT_ENCODER_SETTING = "text_encoder_precision"
+# The text encoder's Linear layers kept in float under an 8-bit mode: none. Its embedding table and relative
+# position biases are nn.Embedding and its norms T5LayerNorm, none of them a Linear, so they stay in float anyway
+# (the table is 18% of UMT5-XXL's 5.7B parameters, so its 8-bit weights are about 0.38x of its float ones, not
+# 0.25x). Measured: docs/PERFORMANCE.md, "The text encoder on its own".
+TEXT_ENCODER_KEEP: tuple[str, ...] = ()
 
 
 class PrecisionRefused(RenderError):
@@ -68,6 +84,15 @@ def mode_for(config_precision: str, registered: str | None) -> str:
     if config_precision == NATIVE:
         return "auto"
     return registered or config_precision
+
+
+def text_encoder_mode(config_value: str | None, registered: str | None) -> str | None:
+    """The mode the text encoder runs at on its own, or None: as the pipeline (a float mode's type, the native one
+    under an 8-bit mode). EngineConfig.text_encoder_precision (a gate's measured mode; NATIVE in exact mode) over
+    the registration's."""
+    if config_value == NATIVE:
+        return None
+    return config_value or registered
 
 
 def native(dtype: torch.dtype) -> str:
@@ -89,10 +114,13 @@ def lossy(mode: str, native_mode: str | None) -> bool:
     return resolve(mode, native_mode) not in (native_mode, "fp32")
 
 
-def gate_setting(lossy_accelerators: str, mode: str, native_mode: str | None) -> str:
-    """The key a gate is recorded and checked under: the lossy accelerators (EngineConfig.lossy) and, where lossy,
-    `precision=MODE` ("" when neither)."""
+def gate_setting(lossy_accelerators: str, mode: str, native_mode: str | None, text_mode: str | None = None) -> str:
+    """The key a gate is recorded and checked under: the lossy accelerators (EngineConfig.lossy) and, each where
+    lossy, `text_encoder_precision=MODE` (the text encoder's own mode, text_encoder_mode) and `precision=MODE` (""
+    when none)."""
     parts = [lossy_accelerators] if lossy_accelerators else []
+    if text_mode is not None and lossy(text_mode, native_mode):
+        parts.append(f"{TEXT_ENCODER_SETTING}={resolve(text_mode, native_mode or 'fp32')}")
     if lossy(mode, native_mode):
         parts.append(f"{SETTING}={resolve(mode, native_mode or 'fp32')}")
     return ",".join(parts)

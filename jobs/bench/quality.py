@@ -70,7 +70,7 @@ def lossy_configs(base: EngineConfig, settings: list[str], precisions: list[str]
             config = base.with_lossy(text)
         except ValueError as exc:
             raise UsageError(f"--setting {text!r}: {exc}") from None
-        if not config.lossy() and not precisions:
+        if not config.lossy() and config.text_encoder_precision == NATIVE and not precisions:
             raise UsageError(f"--setting {text!r}: turns no lossy accelerator on")
         configs += [replace(config, precision=mode) for mode in precisions] or [config]
     return configs
@@ -86,7 +86,8 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
     configs = lossy_configs(base, candidates, precisions)
     sample = gate_sample(registry, model, prompts=prompts, count=count)
     # The measured model at each config's precision, whatever its registration names (exact mode: native).
-    at_mode = Registry({**registry.models, model: replace(registry.get(model), precision=None)})
+    at_mode = Registry({**registry.models, model: replace(registry.get(model), precision=None,
+                                                          text_encoder_precision=None)})
     exact_engine = Engine(base, registry)
     identity = exact_engine.gate_identity(registry.get(model))  # the key Engine.check_gate reads
     engines = [_measured_engine(config, at_mode, model) for config in configs]  # refused before any render
@@ -150,4 +151,14 @@ def _measured_engine(config: EngineConfig, registry: Registry, model: str) -> En
         if not lossy(engine.pipelines.precision(model), engine.pipelines.native()):
             raise UsageError(f"--precision {config.precision}: {model!r} renders at {engine.pipelines.native()} here "
                              "(native), or fp32: lossless, no gate to measure")
+    text = config.text_encoder_precision
+    if text != NATIVE:
+        where = f"--setting text_encoder_precision={text}"
+        try:
+            engine.pipelines.check_precision(model)
+        except PrecisionRefused as exc:
+            raise UsageError(f"{where}: {exc}") from None
+        if not lossy(engine.pipelines.text_encoder_precision(model), engine.pipelines.native()):
+            raise UsageError(f"{where}: {model!r}'s text encoder at {engine.pipelines.native()} here is native, or "
+                             "fp32: lossless, no gate to measure")
     return engine

@@ -110,14 +110,15 @@ def submit_manifest(settings: Settings, manifest: Path, name, model, output, set
         spec = dataclasses.replace(spec, source=source)
     check_signable(settings, manifest, spec)
     precision = settings.registry().get(spec.model).precision or settings.precision
+    text_precision = settings.registry().get(spec.model).text_encoder_precision  # engine.precision.text_encoder_mode
     if (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher
-            or (embedded and precision != "auto")):
+            or (embedded and (precision != "auto" or text_precision is not None))):
         from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
 
         # `run`'s embedded worker renders with this process's settings, and `submit`'s workers refuse to claim what
         # has no passing gate (jobs.render.batch.gated_models): refuse it here, before writing, with one message.
         gated_engine(settings, settings.registry(), spec.model, named_by=str(manifest))
-    elif precision not in ("auto", "fp32", "bf16"):
+    elif precision not in ("auto", "fp32", "bf16") or text_precision not in (None, "auto", "fp32", "bf16"):
         from jobs.quality.evaluate import check_submitted_precision  # here: torch only when a gate is checked
 
         check_submitted_precision(settings, settings.registry(), spec.model)

@@ -181,16 +181,21 @@ def gated_engine(settings: Settings, registry: Registry, model: str, *, named_by
         engine.pipelines.check_precision(model)
         engine.check_gate(model)
     except PrecisionRefused as exc:
-        raise UsageError(f"{precision_source(settings, registry, model)}: {exc}") from None
+        raise UsageError(f"{precision_source(settings, registry, model, str(exc))}: {exc}") from None
     except UngatedSetting as exc:
         where = ((named_by or f"--model {model}") if exc.setting == DISTILLED
-                 else precision_source(settings, registry, model) if "precision=" in exc.setting else LOSSY_VARIABLES)
+                 else precision_source(settings, registry, model, exc.setting) if "precision=" in exc.setting
+                 else LOSSY_VARIABLES)
         raise UsageError(f"{where}: {exc}") from None
     return engine
 
 
-def precision_source(settings: Settings, registry: Registry, model: str) -> str:
-    """Where a model's precision was set: its registration's `precision:` in the models file, or REELBATCH_PRECISION."""
+def precision_source(settings: Settings, registry: Registry, model: str, said: str = "") -> str:
+    """Where a model's precision was set: its registration's `precision:` in the models file, or REELBATCH_PRECISION;
+    its `text_encoder_precision:` where what was refused (`said`: a gate key or a message) names the text encoder's
+    alone."""
+    if "text_encoder_precision" in said and not any(p.startswith("precision=") for p in said.split(",")):
+        return f"{settings.models_file}: model {model!r}: text_encoder_precision"
     if registry.get(model).precision is not None:
         return f"{settings.models_file}: model {model!r}: precision"
     return "REELBATCH_PRECISION"
@@ -207,15 +212,18 @@ def check_precisions(settings: Settings, registry: Registry, models: tuple[str, 
     from engine.precision import device_facts as read_facts
 
     config = settings.engine_config()
-    if config.precision == "auto" and all(registry.get(m).precision in (None, "auto") for m in models):
+    if config.precision == "auto" and all(registry.get(m).precision in (None, "auto")
+                                          and registry.get(m).text_encoder_precision is None for m in models):
         return  # every model at native precision: nothing to refuse, and no device to ask
     facts = device_facts or read_facts(config.device)
     engine = Engine(config, registry)
     for model in models:
         try:
             engine.pipelines.check_precision(model, facts)
-        except (PrecisionRefused, UngatedSetting) as exc:
-            raise UsageError(f"{precision_source(settings, registry, model)}: {exc}") from None
+        except PrecisionRefused as exc:
+            raise UsageError(f"{precision_source(settings, registry, model, str(exc))}: {exc}") from None
+        except UngatedSetting as exc:
+            raise UsageError(f"{precision_source(settings, registry, model, exc.setting)}: {exc}") from None
 
 
 def check_submitted_precision(settings: Settings, registry: Registry, model: str) -> None:
@@ -223,12 +231,14 @@ def check_submitted_precision(settings: Settings, registry: Registry, model: str
     the 8-bit modes) that has no passing gate for the model. A worker checks the rest (fp8's FP8 units, bf16 on a
     CPU) when it starts."""
     from engine.gates import UngatedSetting
-    from engine.precision import lossy, mode_for
+    from engine.precision import lossy, mode_for, text_encoder_mode
 
     config = settings.engine_config()
-    if not lossy(mode_for(config.precision, registry.get(model).precision), None):
+    text = text_encoder_mode(config.text_encoder_precision, registry.get(model).text_encoder_precision)
+    if not lossy(mode_for(config.precision, registry.get(model).precision), None) and not (
+            text is not None and lossy(text, None)):
         return
     try:
         Engine(config, registry).pipelines.check_gate(model, device_type="cpu")  # any device: these modes are lossy on all
     except UngatedSetting as exc:
-        raise UsageError(f"{precision_source(settings, registry, model)}: {exc}") from None
+        raise UsageError(f"{precision_source(settings, registry, model, exc.setting)}: {exc}") from None

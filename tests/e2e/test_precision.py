@@ -61,6 +61,27 @@ def test_a_registration_without_its_gate_is_refused_at_submit_and_an_unknown_mod
                                    "int8, fp8, got 'int3'" in " ".join(proc.stderr.split())
 
 
+def test_a_text_encoder_precision_without_its_gate_is_refused_at_submit_naming_its_key(env, tmp_path, cache):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"tinyte:\n  path: {ensure_tiny(cache)}\n  text_encoder_precision: int8\n")
+    env.env["REELBATCH_MODELS"] = str(models)
+    (tmp_path / "m.yaml").write_text(MANIFEST.format(model="tinyte"))
+    proc = env("submit", "m.yaml", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert f"{models}: model 'tinyte': text_encoder_precision: lossy setting text_encoder_precision=int8 has no " \
+           "recorded quality gate for model 'tinyte'" in said, said
+    assert "reelbatch bench --quality --model tinyte --setting text_encoder_precision=int8" in said
+    assert not (tmp_path / "reelbatch.db").exists(), "refused before anything was written"
+    # A worker asks its device first: on this CPU fp8 cannot run at all, gate or none.
+    models.write_text(f"tinyte:\n  path: {ensure_tiny(cache)}\n  text_encoder_precision: fp8\n")
+    env.env["REELBATCH_WORKER_MODELS"] = "tinyte"
+    proc = env("worker", check=False, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{models}: model 'tinyte': text_encoder_precision: model 'tinyte': text_encoder_precision fp8 cannot " \
+           "run here: fp8 needs a CUDA GPU with FP8 units" in " ".join(proc.stderr.split())
+
+
 def test_a_gated_int8_run_renders_and_its_cost_records_say_int8(env, tmp_path, cache):
     gates.record(cache, gates.Gate(
         model="tiny", identity=Engine(EngineConfig(cache_dir=cache), Registry()).gate_identity(Registry().get("tiny")),

@@ -126,3 +126,71 @@ def test_a_gated_int8_render_quantizes_the_transformer_and_stays_close_to_exact(
     scores = [psnr(v.frames, e) for v, e in zip(out, exact)]
     assert all(40 < s < 100 for s in scores), scores
     assert not np.array_equal(out[0].frames, exact[0])
+
+
+def tiny_text(cache_dir, mode: str | None) -> Registry:
+    """The built-in tiny model registered with its text encoder at `mode` (a models file's
+    `text_encoder_precision:`)."""
+    from dataclasses import replace
+
+    return Registry({"tiny": replace(Registry().get("tiny"), text_encoder_precision=mode)})
+
+
+def test_a_models_file_names_an_unknown_text_encoder_precision(tmp_path, model_cache):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"tinyte:\n  path: {ensure_tiny(model_cache)}\n  text_encoder_precision: int4\n")
+    with pytest.raises(ModelNotFound, match=r"models.yaml: model 'tinyte': text_encoder_precision must be one of "
+                                            r"auto, fp32, bf16, fp16, int8-weight, int8, fp8, got 'int4'"):
+        load_registry(models)
+    models.write_text(f"tinyte:\n  path: {ensure_tiny(model_cache)}\n  text_encoder_precision: int8-weight\n")
+    info = load_registry(models).get("tinyte")
+    assert (info.text_encoder_precision, info.precision) == ("int8-weight", None)
+    with pytest.raises(ValueError, match=r"'text_encoder_precision=int4': text_encoder_precision must be one of auto"):
+        EngineConfig(cache_dir=tmp_path).with_lossy("text_encoder_precision=int4")
+
+
+def test_an_ungated_or_unrunnable_text_encoder_precision_is_refused_naming_it(cache_dir):
+    engine = Engine(EngineConfig(cache_dir=cache_dir), tiny_text(cache_dir, "int8"))
+    with pytest.raises(UngatedSetting, match=r"lossy setting text_encoder_precision=int8 has no recorded quality gate "
+                                             r"for model 'tiny'.*`reelbatch bench --quality --model tiny --setting "
+                                             r"text_encoder_precision=int8`"):
+        engine.pipelines.check_precision("tiny")
+    with pytest.raises(PrecisionRefused, match=r"model 'tiny': text_encoder_precision fp8 cannot run here: fp8 needs "
+                                               r"a CUDA GPU"):
+        Engine(EngineConfig(cache_dir=cache_dir), tiny_text(cache_dir, "fp8")).pipelines.check_precision("tiny")
+    # fp32 is native here: nothing to gate. With the transformer's own mode too, the key holds both.
+    Engine(EngineConfig(cache_dir=cache_dir), tiny_text(cache_dir, "fp32")).pipelines.check_precision("tiny")
+    both = Engine(EngineConfig(cache_dir=cache_dir, precision="int8"), tiny_text(cache_dir, "int8-weight"))
+    assert both.pipelines.gate_setting("tiny") == "text_encoder_precision=int8-weight,precision=int8"
+
+
+@pytest.mark.parametrize("mode, expected", [
+    # The tiny text encoder (engine.tiny: UMT5, vocabulary 259, width 32, 4 heads of 8, feed-forward 64, 2 layers, 8
+    # position buckets) holds 28,992 parameters: the embedding table 259*32 = 8,288; a layer's q, k, v, o 4*32*32 =
+    # 4,096, wi_0 and wi_1 2*32*64 = 4,096, wo 64*32 = 2,048, two norms 64 and its position biases 8*4 = 32 (10,336);
+    # the final norm 32. fp32: 28,992 * 4 = 115,968 bytes.
+    (None, 115_968),
+    # bf16: 2 bytes each.
+    ("bf16", 57_984),
+    # fp16: 2 bytes each, but transformers keeps UMT5's `wo` in fp32 (its _keep_in_fp32_modules): 2 * 2,048 * 2 more.
+    ("fp16", 66_176),
+    # int8 weights: the 14 Linears' 20,480 weights a byte each, with a float32 scale and an int8 zero point for each
+    # of their 576 output rows (2 * (4*32 + 2*64 + 32)): 2,880; the table, norms and biases stay fp32:
+    # (8,288 + 2*(64 + 32) + 32) * 4 = 34,048. 20,480 + 2,880 + 34,048 = 57,408, 0.495x of fp32.
+    ("int8-weight", 57_408),
+    ("int8", 57_408),
+])
+def test_the_text_encoder_alone_holds_its_modes_bytes_and_renders_gated(cache_dir, mode, expected):
+    if mode is not None:
+        record_gate(cache_dir, f"text_encoder_precision={mode}")
+    engine = Engine(EngineConfig(cache_dir=cache_dir), tiny_text(cache_dir, mode))
+    pipe = engine.pipeline("tiny")
+    assert precision.weight_bytes(pipe.text_encoder) == expected
+    assert type(pipe.transformer.blocks[0].ffn.net[2].weight).__name__ == "Parameter", "the transformer untouched"
+    if mode in ("int8-weight", "int8"):
+        out = engine.render(RenderBatch(SHAPE, REQUESTS))
+        assert all(v.error is None for v in out), [v.error for v in out]
+        # An 8-bit encoder computes in fp32 (the dtype in the embedding cache's key), so its mode is in the key too.
+        exact = Engine(EngineConfig(cache_dir=cache_dir).exact(), tiny_text(cache_dir, mode))
+        assert engine.pipelines.text_identity(Registry().get("tiny")) == \
+            exact.pipelines.text_identity(Registry().get("tiny")) + f"+{mode}"

@@ -116,4 +116,37 @@ def test_bench_quality_refuses_a_precision_it_cannot_measure_before_rendering(tm
     assert native.returncode == 2 and "lossless, no gate to measure" in " ".join(native.stderr.split())
     unknown = cli(["bench", "--quality", "--precision", "int4"], tmp_path, env, timeout=300)
     assert unknown.returncode == 2 and "--precision: precision must be one of auto" in " ".join(unknown.stderr.split())
+    text_fp8 = cli(["bench", "--quality", "--setting", "text_encoder_precision=fp8"], tmp_path, env, timeout=300)
+    assert text_fp8.returncode == 2 and "--setting text_encoder_precision=fp8: model 'toy': text_encoder_precision " \
+        "fp8 cannot run here" in " ".join(text_fp8.stderr.split())
+    text_fp32 = cli(["bench", "--quality", "--setting", "text_encoder_precision=fp32"], tmp_path, env, timeout=300)
+    assert text_fp32.returncode == 2 and "lossless, no gate to measure" in " ".join(text_fp32.stderr.split())
     assert gates.load(tmp_path / "cache") == {}, "nothing measured, nothing recorded"
+
+
+def test_int8_weights_pass_the_toy_models_gate_and_release_the_mode(tmp_path, env):
+    # The toy model's transformer with every Linear but the output projection in int8 weights (engine.precision.KEEP)
+    # against exact mode, on the 32 videos that release a lever (engine.gates.MIN_SAMPLE): real renders, real judge.
+    proc = cli(["bench", "--quality", "--count", "32", "--precision", "int8-weight", "--json"], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    (gate,) = r["settings"]
+    assert (gate["setting"], gate["count"], gate["failures"]) == ("precision=int8-weight", 32, [])
+    assert r["passed"] == r["released"] == ["precision=int8-weight"]
+    # The gate's floors (25 dB mean, 0.5 every video) with room: int8 weights with a scale per row keep about as many
+    # significant bits as bf16, and the toy model's frames are smooth.
+    assert gate["psnr_db_mean"] >= 35 and gate["ssim_min"] >= 0.9
+    assert all(gate["adherence"][a] >= r["exact"]["adherence"][a] - 0.02 for a in r["exact"]["adherence"])
+    (recorded,) = gates.load(tmp_path / "cache").values()
+    assert recorded["setting"] == "precision=int8-weight" and recorded["passed"]
+
+    # What a worker asks before it loads the model: the mode is now released on `toy`.
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.models import Registry
+
+    engine = Engine(EngineConfig(cache_dir=tmp_path / "cache", precision="int8-weight"), Registry())
+    engine.pipelines.check_precision("toy")
+    refused = Engine(EngineConfig(cache_dir=tmp_path / "cache", precision="int8"), Registry())
+    with pytest.raises(gates.UngatedSetting, match="precision=int8 has no recorded quality gate for model 'toy'"):
+        refused.pipelines.check_precision("toy")
