@@ -1,4 +1,4 @@
-"""`reelbatch bench --fleet`: how many GPUs one PostgreSQL and one Redis serve, measured with simulated workers.
+"""`reelbatch bench fleet`: how many GPUs one PostgreSQL and one Redis serve, measured with simulated workers.
 
 Each level is a scratch database and queue (jobs.bench.scratch) holding two runs, one per simulated model, and
 `workers` simulated workers (jobs.bench.fleet_sim: the real claim, lease, record, ledger, sweeper and ticket code
@@ -120,7 +120,7 @@ class FleetBench:
 def run_fleet(settings: Settings, *, levels: tuple[int, ...] = LEVELS, factor: float = FACTOR,
               batch_s: float = BATCH_S, batches: int = BATCHES, processes: int = PROCESSES,
               on_level: Callable[[int], None] | None = None) -> FleetBench:
-    require_services(settings, "bench --fleet")
+    require_services(settings, "bench fleet")
     out = []
     for workers in levels:
         if on_level:

@@ -1,4 +1,4 @@
-"""The simulated workers of `reelbatch bench --fleet` (jobs.bench.fleet runs the levels).
+"""The simulated workers of `reelbatch bench fleet` (jobs.bench.fleet runs the levels).
 
 A simulated worker is a thread that does what a worker process does between its tickets and the database, with the
 real code: it waits for a Celery ticket on its models' Redis queues (kombu, as the worker's consumer does), claims

@@ -1,4 +1,4 @@
-"""`reelbatch bench --ladder`: a load test of the worker path, level by level (batch size x worker processes).
+"""`reelbatch bench ladder`: a load test of the worker path, level by level (batch size x worker processes).
 
 Each level is a fresh SQLite run of one shape, rendered by real worker processes: each loads the model, renders one
 untimed warm-up batch, waits for the others, then runs `jobs.render.batch.render_next_batch` (the Celery task's function,

@@ -1,4 +1,4 @@
-"""`reelbatch bench --quality`: each lossy accelerator or precision below native (engine.precision, `--precision`)
+"""`reelbatch bench quality`: each lossy accelerator or precision below native (engine.precision, `--precision`)
 against exact mode on a judgeable model, and its gate.
 
 Exact mode is the engine as configured with the lossy accelerators off (its output is what a plain diffusers call

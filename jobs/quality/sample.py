@@ -1,5 +1,5 @@
 """The toy world's fixed sample set: the prompt/seed pairs every quality measurement renders (`reelbatch quality`,
-`bench --quality`, the model card). Plain values, so commands can name them without loading torch."""
+`bench quality`, the model card). Plain values, so commands can name them without loading torch."""
 
 from __future__ import annotations
 

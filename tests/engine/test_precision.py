@@ -102,7 +102,7 @@ def test_fp8_on_a_cpu_and_an_ungated_mode_are_refused_naming_the_model_and_mode(
         Engine(EngineConfig(cache_dir=cache_dir, precision="fp8"), Registry()).pipelines.check_precision("tiny")
     engine = Engine(EngineConfig(cache_dir=cache_dir, precision="int8"), Registry())
     with pytest.raises(UngatedSetting, match=r"lossy setting precision=int8 has no recorded quality gate for model "
-                                             r"'tiny'.*`reelbatch bench --quality --model tiny --precision int8`"):
+                                             r"'tiny'.*`reelbatch bench quality --model tiny --precision int8`"):
         engine.pipelines.check_precision("tiny")
     with pytest.raises(UngatedSetting):
         engine.render(RenderBatch(SHAPE, REQUESTS))
