@@ -36,9 +36,10 @@ from jobs.claims import claims
 from jobs.claims.claims import ORDER, Serving
 from jobs.cost import ledger
 from jobs.db import queries
+from jobs.db.base import utcnow
 from jobs.db.connect import session_factory
 from jobs.db.queries import claimable_units
-from jobs.db.rows import WorkUnit, utcnow
+from jobs.db.rows import WorkUnit
 from jobs.errors import ReelbatchError
 from jobs.reports import postgres
 from jobs.reports.stats import percentiles
