@@ -57,7 +57,7 @@ class EngineConfig:
     # on the toy model: docs/LONG_VIDEOS.md).
     chunk_release_sigma: float = 0.0
     # Lossy accelerators: off by default, and used only for a model on which a recorded quality gate passed
-    # (engine.gates; `reelbatch bench --quality` measures and records them).
+    # (engine.gates; `reelbatch bench quality` measures and records them).
     # First-block cache threshold (diffusers' FirstBlockCache): a step whose first block's residual changed by less
     # than this (relative mean) reuses the other blocks' residual from the step before. 0: off.
     step_cache: float = 0.0
@@ -76,7 +76,7 @@ class EngineConfig:
     # at native precision whatever its registration says.
     precision: str = "auto"
     # The text encoder's own precision (engine.precision.text_encoder_mode) over its registration's
-    # `text_encoder_precision:`: None leaves the registration's; set by `bench --quality --setting
+    # `text_encoder_precision:`: None leaves the registration's; set by `bench quality --setting
     # text_encoder_precision=MODE` to measure a mode's gate; "native" (lossless, exact): as the pipeline.
     text_encoder_precision: str | None = None
 

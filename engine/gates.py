@@ -2,7 +2,7 @@
 step_scale), 8-bit attention kernels (EngineConfig.attention "sage"...), a precision below native (engine.precision:
 setting `precision=MODE`, alone or after the accelerators' key), and distilled registrations.
 
-A lever trades output for speed, so no worker uses one on faith: `reelbatch bench --quality` renders a sample (the
+A lever trades output for speed, so no worker uses one on faith: `reelbatch bench quality` renders a sample (the
 toy world's judged set, the user's own manifest, or the shipped prompt set; jobs.quality.prompts) in exact mode and
 with the lever, and records here whether the lever stayed faithful to exact mode on the same prompts and seeds: the
 set's mean PSNR at MIN_PSNR_DB or more, every video's SSIM at SSIM_FLOOR or more, and, where a judge reads the
@@ -263,7 +263,7 @@ def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
     """The passing gate for `setting` on this model; else UngatedSetting saying what to run."""
     found = load(cache_dir).get(f"{identity}|{setting}")
     if setting == DISTILLED:
-        how = f"measure it against its teacher with `reelbatch bench --quality --model {model}`"
+        how = f"measure it against its teacher with `reelbatch bench quality --model {model}`"
         if found is None:
             raise UngatedSetting(f"model {model!r} is distilled and has no recorded quality gate against its teacher "
                                  f"(as its files are now): {how}", setting)
@@ -296,5 +296,5 @@ def measure_command(model: str, setting: str) -> str:
     parts = setting.split(",")
     modes = [p.partition("=")[2] for p in parts if p.startswith("precision=")]
     others = ",".join(p for p in parts if not p.startswith("precision="))
-    return (f"reelbatch bench --quality --model {model}" + (f" --setting {others}" if others else "")
+    return (f"reelbatch bench quality --model {model}" + (f" --setting {others}" if others else "")
             + "".join(f" --precision {m}" for m in modes))

@@ -58,7 +58,7 @@ KEEP = ("proj_out",)
 # FP8 matmuls (torch._scaled_mm) need FP8 tensor cores: compute capability 8.9 (Ada) or above.
 FP8_CAPABILITY = (8, 9)
 SETTING = "precision"
-# The text encoder's own mode (a registration's `text_encoder_precision:`, or `bench --quality --setting
+# The text encoder's own mode (a registration's `text_encoder_precision:`, or `bench quality --setting
 # text_encoder_precision=MODE`): its gate key part, after the accelerators' and before `precision=MODE`.
 TEXT_ENCODER_SETTING = "text_encoder_precision"
 # The text encoder's Linear layers kept in float under an 8-bit mode: none. Its embedding table and relative

@@ -1,9 +1,12 @@
-"""Alembic environment: the URL comes from the caller's config (the app's settings), metadata from jobs.db.rows."""
+"""Alembic environment: the URL comes from the caller's config (the app's settings), metadata from the row modules
+(jobs.db.rows and jobs.db.service_rows, on jobs.db.base's Base)."""
 
 from alembic import context
 
+import jobs.db.rows  # noqa: F401  (its tables onto Base.metadata)
+import jobs.db.service_rows  # noqa: F401  (likewise)
+from jobs.db.base import Base
 from jobs.db.connect import make_engine
-from jobs.db.rows import Base
 
 config = context.config
 

@@ -1,4 +1,4 @@
-"""The toy model's quality gate (jobs.bench.quality, as `reelbatch bench --quality --precision MODE`) at an 8-bit
+"""The toy model's quality gate (jobs.bench.quality, as `reelbatch bench quality --precision MODE`) at an 8-bit
 mode with other layers kept in float than engine.precision.KEEP names: which keep list lets the mode pass.
 
     PYTHONPATH=$PWD python scripts/precision_keep_gate.py MODE COUNT GROUP[+GROUP...] ...   # one JSON line each

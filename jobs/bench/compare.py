@@ -42,13 +42,14 @@ from jobs.bench.baseline import denoise_gflop, load_baseline, measure_peak_gflop
 from jobs.bench.presets import Preset, prompts
 from jobs.bench.side import Side, SideModel
 from jobs.bench.sides import check_gates, side_models
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory, upgrade
 from jobs.db.rows import Video
 from jobs.errors import UsageError
 from jobs.manifest import load_manifest
-from jobs.render.batch import render_next_batch, warm_up
+from jobs.render.batch import render_next_batch
 from jobs.render.finisher import Finisher
+from jobs.render.serving import warm_up
 from jobs.settings import Settings
 from storage.encode import decode_frames
 from storage.stores import open_store
@@ -128,9 +129,10 @@ def run_engine(side_model: SideModel, preset: Preset, cases: list[tuple[str, int
     factory = session_factory(settings.database_url)
     spec = load_manifest(write_manifest(work / "bench.yaml", "bench", info, preset, cases, settings.output,
                                         steps=side_model.steps, guidance=side_model.guidance), registry=registry)
-    submitted = queries.submit_run(factory, spec, output=settings.output)
-    # Warm-up, untimed as the baseline's: what a worker does at start (jobs.render.batch.warm_up), one step of a batch of
-    # the size it will claim for each waiting shape, so compiled code and kernels are ready for the timed batches.
+    submitted = submission.submit_run(factory, spec, output=settings.output)
+    # Warm-up, untimed as the baseline's: what a worker does at start (jobs.render.serving.warm_up), one step of a
+    # batch of the size it will claim for each waiting shape, so compiled code and kernels are ready for the timed
+    # batches.
     warm_up(settings, engine, factory)
     side = Side("engine", model=side_model.describe(),
                 config={"path": "jobs.render.batch.render_next_batch (the Celery task's function)",

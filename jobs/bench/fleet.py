@@ -1,4 +1,4 @@
-"""`reelbatch bench --fleet`: how many GPUs one PostgreSQL and one Redis serve, measured with simulated workers.
+"""`reelbatch bench fleet`: how many GPUs one PostgreSQL and one Redis serve, measured with simulated workers.
 
 Each level is a scratch database and queue (jobs.bench.scratch) holding two runs, one per simulated model, and
 `workers` simulated workers (jobs.bench.fleet_sim: the real claim, lease, record, ledger, sweeper and ticket code
@@ -33,7 +33,7 @@ from sqlalchemy import func, select
 from jobs.bench.fleet_sim import MODELS, SimPlan, run_process, sim_registry
 from jobs.bench.fleet_stats import backend_cpu, pg_stats, redis_cpu, server_statements, shown, track_statements
 from jobs.bench.scratch import drop_queues, require_services, scratch_database, scratch_queue
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video
 from jobs.db.status import Status
@@ -120,7 +120,7 @@ class FleetBench:
 def run_fleet(settings: Settings, *, levels: tuple[int, ...] = LEVELS, factor: float = FACTOR,
               batch_s: float = BATCH_S, batches: int = BATCHES, processes: int = PROCESSES,
               on_level: Callable[[int], None] | None = None) -> FleetBench:
-    require_services(settings, "bench --fleet")
+    require_services(settings, "bench fleet")
     out = []
     for workers in levels:
         if on_level:
@@ -156,7 +156,7 @@ def _level(settings: Settings, workers: int, factor: float, batch_s: float, batc
                                         for i in range(count)))
             spec = load_manifest(manifest, registry=sim_registry(), name=f"fleet-{model}", model=model,
                                  output=level.output)
-            submitted = queries.submit_run(factory, spec, output=level.output)
+            submitted = submission.submit_run(factory, spec, output=level.output)
             send_tickets(app, submitted.pending_units, model)
         before, redis_before = pg_stats(url), redis_cpu(settings.broker_url)
         tracked = track_statements(url)

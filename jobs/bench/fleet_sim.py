@@ -1,4 +1,4 @@
-"""The simulated workers of `reelbatch bench --fleet` (jobs.bench.fleet runs the levels).
+"""The simulated workers of `reelbatch bench fleet` (jobs.bench.fleet runs the levels).
 
 A simulated worker is a thread that does what a worker process does between its tickets and the database, with the
 real code: it waits for a Celery ticket on its models' Redis queues (kombu, as the worker's consumer does), claims
@@ -35,9 +35,9 @@ from jobs.cost.meter import Meter
 from jobs.db.connect import make_engine
 from jobs.notify.finished import run_finished
 from jobs.render import record
-from jobs.render.batch import serving
 from jobs.render.keeper import CANCEL_CHECK_S, LeaseKeeper
 from jobs.render.record import VideoOutput
+from jobs.render.serving import serving
 from jobs.settings import Settings
 from jobs.work.app import create_app
 from jobs.work.sweeper import Sweeper
@@ -78,7 +78,7 @@ class StandIn:
         return () if self.last_shape is None else (self.last_shape.model,)
 
     def check_gate(self, name: str) -> None:
-        """No lever and nothing distilled to gate: every model it serves passes (jobs.render.batch.gated_models)."""
+        """No lever and nothing distilled to gate: every model it serves passes (jobs.render.serving.gated_models)."""
 
     def render(self, shape, seconds: float, step_s: float, should_stop, cancel_check) -> None:
         self.last_shape = shape

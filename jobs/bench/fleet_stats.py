@@ -1,4 +1,4 @@
-"""What the servers say about a level of `reelbatch bench --fleet` (jobs.bench.fleet): PostgreSQL's own active time
+"""What the servers say about a level of `reelbatch bench fleet` (jobs.bench.fleet): PostgreSQL's own active time
 and transactions (committed or rolled back) in the level's database, its statements by total time
 (pg_stat_statements, where the server loads it), its backends' CPU seconds (from /proc, where the server runs on
 this machine), and Redis's CPU.

@@ -1,4 +1,4 @@
-"""`reelbatch bench --ladder`: a load test of the worker path, level by level (batch size x worker processes).
+"""`reelbatch bench ladder`: a load test of the worker path, level by level (batch size x worker processes).
 
 Each level is a fresh SQLite run of one shape, rendered by real worker processes: each loads the model, renders one
 untimed warm-up batch, waits for the others, then runs `jobs.render.batch.render_next_batch` (the Celery task's function,
@@ -33,7 +33,7 @@ from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.bench.compare import write_manifest
 from jobs.bench.presets import Preset, prompts
 from jobs.bench.sides import bench_model
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory, upgrade
 from jobs.db.rows import Video
 from jobs.manifest import load_manifest
@@ -125,7 +125,7 @@ def _level(preset: Preset, info: ModelInfo, shape: Shape, settings: Settings, wo
         registry = Registry({info.name: info})
         spec = load_manifest(write_manifest(work / "ladder.yaml", "ladder", info, preset, cases,
                                             level_settings.output), registry=registry)
-        run = queries.submit_run(factory, spec, output=level_settings.output)
+        run = submission.submit_run(factory, spec, output=level_settings.output)
         context = multiprocessing.get_context("spawn")
         ready = context.Barrier(workers)
         results = context.Queue()

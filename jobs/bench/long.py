@@ -1,4 +1,4 @@
-"""`reelbatch bench --long`: one prompt at 1x and at N x the model's window, chunked and (where it fits) full length.
+"""`reelbatch bench long`: one prompt at 1x and at N x the model's window, chunked and (where it fits) full length.
 
 Each case runs in a fresh process (spawned), so its peak memory is its own: the process loads the model, renders
 one untimed 1x video (thread pools, allocator, caches), then the case, timed REPEATS times (the fastest kept). Peak memory is the process's peak
@@ -73,7 +73,7 @@ def _in_child(settings: Settings, info: ModelInfo, preset: Preset, prompt: str, 
     result = results.get(timeout=3600)
     proc.join(60)
     if result.get("error") and case.chunked:
-        raise RuntimeError(f"bench --long, {case.name}: {result['error']}")
+        raise RuntimeError(f"bench long, {case.name}: {result['error']}")
     return result
 
 

@@ -1,4 +1,4 @@
-"""`reelbatch bench --precision MODE`: one preset's videos rendered in exact mode, by the engine at native precision
+"""`reelbatch bench precision MODE`: one preset's videos rendered in exact mode, by the engine at native precision
 and at each asked precision (engine.precision), side by side: seconds, the transformer's weight bytes, peak memory
 and PSNR to exact mode's frames.
 

@@ -1,4 +1,4 @@
-"""`reelbatch bench --quality`: each lossy accelerator or precision below native (engine.precision, `--precision`)
+"""`reelbatch bench quality`: each lossy accelerator or precision below native (engine.precision, `--precision`)
 against exact mode on a judgeable model, and its gate.
 
 Exact mode is the engine as configured with the lossy accelerators off (its output is what a plain diffusers call
@@ -78,13 +78,13 @@ def lossy_configs(base: EngineConfig, settings: list[str], precisions: list[str]
 
 def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, count: int, batch: int,
                       prompts: Path | None = None, on_setting: Callable[[str], None] | None = None,
-                      precisions: list[str] = ()) -> QualityBench:
+                      precisions: list[str] = (), entropy: int | None = None) -> QualityBench:
     """Each candidate (a lossy setting, a precision below native, or both) against exact mode on the gate's sample
     (jobs.quality.gate_sample: `prompts`' videos, a toy held-out draw, or the shipped prompts), its gate recorded."""
     registry = settings.registry()
     base = settings.engine_config().lossless()
     configs = lossy_configs(base, candidates, precisions)
-    sample = gate_sample(registry, model, prompts=prompts, count=count)
+    sample = gate_sample(registry, model, prompts=prompts, count=count, entropy=entropy)
     # The measured model at each config's precision, whatever its registration names (exact mode: native).
     at_mode = Registry({**registry.models, model: replace(registry.get(model), precision=None,
                                                           text_encoder_precision=None)})

@@ -1,4 +1,4 @@
-"""`reelbatch bench --scale`: the control plane's commands and the claim when the tables are large.
+"""`reelbatch bench scale`: the control plane's commands and the claim when the tables are large.
 
 In a scratch database (jobs.bench.scratch), measured with the real code paths:
 
@@ -36,9 +36,10 @@ from jobs.claims import claims
 from jobs.claims.claims import ORDER, Serving
 from jobs.cost import ledger
 from jobs.db import queries
+from jobs.db.base import utcnow
 from jobs.db.connect import session_factory
 from jobs.db.queries import claimable_units
-from jobs.db.rows import WorkUnit, utcnow
+from jobs.db.rows import WorkUnit
 from jobs.errors import ReelbatchError
 from jobs.reports import postgres
 from jobs.reports.stats import percentiles
@@ -94,7 +95,7 @@ COMMANDS = {"status": (("status",), "1"), "report_text": (("report", RUN), "1"),
 
 def run_scale(settings: Settings, *, videos: int = VIDEOS, finished: int = FINISHED, claim_count: int = CLAIMS,
               repeat: int = 2, on_step=None) -> ScaleResult:
-    require_services(settings, "bench --scale")
+    require_services(settings, "bench scale")
     step = on_step or (lambda _: None)
     claim_count = max(1, min(claim_count, videos // 10))  # two rounds of 4-unit claims, some units left for the plan
     queue = scratch_queue("scale")

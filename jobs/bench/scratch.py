@@ -1,4 +1,4 @@
-"""Scratch space for the control-plane benches (`reelbatch bench --fleet` and `--scale`): a throwaway database on the
+"""Scratch space for the control-plane benches (`reelbatch bench fleet` and `bench scale`): a throwaway database on the
 operator's PostgreSQL server and a throwaway queue name on their Redis, so a bench never writes into real runs.
 
 The database is created from the connection REELBATCH_DATABASE_URL names (its role needs CREATEDB), migrated to head,

@@ -2,7 +2,7 @@
 
 Claimable (jobs.db.queries.claimable_units): pending, its turn (a long video's next chunk waits for the one before),
 past its retry backoff, and of a model the worker serves (`Serving`): work for a model no live worker serves waits.
-Among those, the best unit decides the batch's shape: the highest rank (jobs.db.queries.unit_rank), where a unit of
+Among those, the best unit decides the batch's shape: the highest rank (jobs.db.submission.unit_rank), where a unit of
 a model the worker has loaded counts `affinity_s` seconds of waiting more, and one of its last batch's shape as much
 again. As many units of that shape as the worker's max batch for the model (its own, or the registration's if
 smaller) join it.
@@ -19,9 +19,10 @@ from sqlalchemy import case, func, select, update
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.claims.fair import FairShare
 from jobs.claims.gate import Gate
+from jobs.db.base import utcnow
 from jobs.db.connect import reads
 from jobs.db.queries import Factory, claimable_units, waiting_units
-from jobs.db.rows import Run, Video, WorkUnit, utcnow
+from jobs.db.rows import Run, Video, WorkUnit
 from jobs.db.status import Status, check_move
 from storage.codecs import DEFAULT, Encoding
 

@@ -27,7 +27,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from jobs.db.queries import waiting_units
-from jobs.db.rows import Team, WorkUnit
+from jobs.db.rows import WorkUnit
+from jobs.db.service_rows import Team
 from jobs.db.status import Status
 from jobs.db.teams import DEFAULT, month_charges, month_start
 

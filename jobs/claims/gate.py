@@ -27,7 +27,8 @@ from jobs.cost import profiles
 from jobs.cost.estimate import Estimator, VideoShape
 from jobs.cost.prices import Rate, StoragePrice
 from jobs.db import limits
-from jobs.db.rows import Run, Video, WorkUnit, as_utc
+from jobs.db.base import as_utc
+from jobs.db.rows import Run, Video, WorkUnit
 from jobs.db.status import Status
 from jobs.errors import UsageError
 

@@ -16,9 +16,10 @@ from sqlalchemy import select, tuple_, update
 from sqlalchemy.orm import Session
 
 from jobs.claims.claims import ClaimedUnit
+from jobs.db.base import utcnow
 from jobs.db.connect import reads
 from jobs.db.queries import Factory
-from jobs.db.rows import Run, Video, WorkUnit, utcnow
+from jobs.db.rows import Run, Video, WorkUnit
 from jobs.db.status import Status, move
 
 

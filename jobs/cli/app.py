@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from jobs.cli.bench import bench
+from jobs.cli.bench import bench_app
 from jobs.cli.db import db_app
 from jobs.cli.notifications import notifications_cmd
 from jobs.cli.plan import budget, estimate
@@ -43,5 +43,5 @@ app.command()(beat)
 app.add_typer(db_app, name="db")
 app.command("settings")(settings_cmd)
 app.command()(quality)
-app.command()(bench)
+app.add_typer(bench_app, name="bench")
 app.add_typer(toy_app, name="toy")

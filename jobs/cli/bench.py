@@ -1,6 +1,9 @@
-"""`reelbatch bench`: baseline (the plain diffusers script) and reelbatch's worker path, side by side, in one process.
+"""`reelbatch bench`, a command group: with no subcommand, baseline (the plain diffusers script) and reelbatch's worker
+path side by side, in one process; `bench quality`, `precision`, `fleet`, `scale`, `long` and `ladder` are its other
+modes, one function each (jobs.cli.bench_quality, bench_fleet, bench_load; `precision` here, over
+jobs.cli.bench_precision).
 
-jobs.cli.app registers it with `app.command()(bench)`.
+jobs.cli.app registers it with `app.add_typer(bench_app, name="bench")`.
 """
 
 from __future__ import annotations
@@ -8,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -16,126 +18,61 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 from rich.text import Text
 
-from jobs.bench.presets import PRESETS
-from jobs.cli.bench_fleet import bench_fleet, bench_scale
+from jobs.cli.bench_fleet import fleet, scale
+from jobs.cli.bench_load import ladder, long
+from jobs.cli.bench_options import BenchGroup, JsonOption, PresetOption, StepsOption, chosen_preset
 from jobs.cli.bench_precision import bench_precision
-from jobs.cli.bench_quality import bench_quality
+from jobs.cli.bench_quality import quality
 from jobs.cli.console import err, fail, literal, out, progress_text
 from jobs.cost import profiles
 from jobs.errors import ReelbatchError, UsageError
 from jobs.reports.summary import STAGES
 from jobs.settings import Settings
-from storage.codecs import PRESETS as ENCODER_PRESETS
 
 if TYPE_CHECKING:
     from jobs.bench.compare import BenchResult
 
+bench_app = typer.Typer(cls=BenchGroup, short_help="Measure reelbatch: side by side with the diffusers script (no "
+                        "subcommand), or quality, precision, long, ladder, fleet, scale.")
 
-def bench(
-    preset: Annotated[str, typer.Option("--preset", help=f"One of: {', '.join(PRESETS)}.")] = "cpu",
+
+@bench_app.callback(invoke_without_command=True)
+def side_by_side(
+    ctx: typer.Context,
+    preset: PresetOption = "cpu",
     videos: Annotated[Optional[int], typer.Option("--videos", min=1, max=1000,
                                                   help="Videos per side (default: the preset's).")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", min=1, max=200,
-                                                 help="Denoising steps (default: the preset's).")] = None,
-    json_: Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")] = False,
-    quality: Annotated[bool, typer.Option(
-        "--quality", help="Measure lossy accelerators against exact mode on a judgeable model and record their "
-                          "quality gates (instead of the side-by-side bench).")] = False,
+    steps: StepsOption = None,
     model: Annotated[Optional[str], typer.Option(
         "--model", help="reelbatch's side renders this registration at its defaults, the baseline its teacher at "
-                        "the teacher's (e.g. --preset small --model toy-fast). With --quality: a model trained on the "
-                        "toy world (default toy); a distilled one is judged against its teacher.")] = None,
-    setting: Annotated[Optional[list[str]], typer.Option(
-        "--setting", help="With --quality, repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, "
-                          "step_scale (default: a measured list).")] = None,
-    count: Annotated[int, typer.Option("--count", min=1, max=400, help="With --quality on a toy-world model: how "
-                                       "many of the judged set (a gate releases a lever on 32 or more).")] = 80,
-    prompts: Annotated[Optional[Path], typer.Option(
-        "--prompts", help="With --quality: a manifest (YAML or JSONL) whose videos, at their own sizes, steps and "
-                          "seeds, are the gate's sample (default: the toy set on toy-world models, else the "
-                          "shipped prompts at the model's defaults).")] = None,
-    precision: Annotated[Optional[list[str]], typer.Option(
-        "--precision", help="Repeatable: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.precision). Side by "
-                            "side with exact mode and the native engine: speed, transformer weight bytes, peak memory, "
-                            "PSNR to exact. With --quality: measure and record the mode's gate (with each --setting "
-                            "if given).")] = None,
-    batch: Annotated[int, typer.Option("--batch", min=1, max=64, help="With --quality: videos per batch.")] = 8,
-    ladder: Annotated[bool, typer.Option(
-        "--ladder", help="Load-test the worker path at each batch size and worker count of the preset: "
-                         "throughput, claim-to-stored P50/P95/P99, peak memory, failure rate.")] = False,
-    batches: Annotated[str, typer.Option("--batches", help="With --ladder: batch sizes.")] = "1,2,4,8,16",
-    workers: Annotated[str, typer.Option("--workers", help="With --ladder: worker process counts.")] = "1,2",
-    encoder_preset: Annotated[Optional[str], typer.Option(
-        "--encoder-preset", help="x264's preset for both sides' MP4s (default: the preset's, medium).")] = None,
+                        "the teacher's (e.g. --preset small --model toy-fast).")] = None,
     speed_only: Annotated[bool, typer.Option(
         "--speed-only", help="With --model: time a distilled registration even though its gate against its teacher "
                              "has not passed (workers refuse it); the output says so.")] = False,
-    long: Annotated[bool, typer.Option(
-        "--long", help="One prompt at 1x and 4x the preset's clip length as the window: chunked (time and peak "
-                       "memory ratios, seam score) and full length.")] = False,
+    encoder_preset: Annotated[Optional[str], typer.Option(
+        "--encoder-preset", help="x264's preset for both sides' MP4s (default: the preset's, medium).")] = None,
     profile_as: Annotated[Optional[str], typer.Option(
         "--profile-as", help="Record the side by side's profile for estimates under this registered model name "
                              "(default: the preset's model), e.g. real weights of the preset's architecture.")] = None,
-    fleet: Annotated[bool, typer.Option(
-        "--fleet", help="The control plane (REELBATCH_DATABASE_URL's PostgreSQL, REELBATCH_BROKER_URL's Redis) under "
-                        "simulated workers at each of --levels: cycles/s, claim P50/P99, database time per video, "
-                        "the GPUs it supports.")] = False,
-    levels: Annotated[str, typer.Option("--levels", help="With --fleet: simulated worker counts.")] = "10,20,40,80",
-    factor: Annotated[float, typer.Option("--factor", min=0.001, max=1.0, help="With --fleet: time compression; "
-                                          "one simulated worker stands for 1/FACTOR GPUs.")] = 0.02,
-    batch_s: Annotated[float, typer.Option("--batch-s", min=1.0, max=3600.0, help="With --fleet: a batch's "
-                                           "seconds on a GPU (a shape's measured time).")] = 60.0,
-    scale: Annotated[bool, typer.Option(
-        "--scale", help="submit, status and report of a large run, and the claim's latency with many finished "
-                        "videos in the tables, against REELBATCH_DATABASE_URL's PostgreSQL.")] = False,
-    scale_videos: Annotated[int, typer.Option("--scale-videos", min=100, max=10_000_000,
-                                              help="With --scale: the submitted run's videos.")] = 100_000,
-    finished: Annotated[int, typer.Option("--finished", min=0, max=100_000_000,
-                                          help="With --scale: finished videos added to the tables.")] = 1_000_000,
-    scale_repeat: Annotated[int, typer.Option("--scale-repeat", min=1, max=20,
-                                              help="With --scale: times each of status and the reports is run "
-                                                   "(the fastest is shown, every run with --json).")] = 2,
+    json_: JsonOption = False,
 ) -> None:
-    """Render the same videos with the script a user would write from the diffusers docs and with reelbatch's
-    worker path, and print throughput, stage seconds, FLOPs, MFU and how far the outputs differ.
-
-    With --quality: render a fixed sample set in exact mode and with each lossy setting, judge both, and record
-    which settings pass their gate (mean PSNR >= 25 dB, every video's SSIM >= 0.5, on the toy world adherence
-    within 2 points); workers use only those, and only from 32 videos up. With --quality --model of a distilled
-    registration: render it and its teacher on the same sample, judge both and record its distilled gate (flicker,
-    motion, blank frames, frozen videos; adherence on the toy world, a CLIP score where registered)."""
-    if quality:
-        bench_quality(model or "toy", setting, count, batch, json_, prompts, precision or [])
+    """Measure reelbatch. With no subcommand: render the same videos with the script a user would write from the
+    diffusers docs and with reelbatch's worker path, and print throughput, stage seconds, FLOPs, MFU and how far the
+    outputs differ (and record the worker path's profile for `reelbatch estimate`). The subcommands are the other
+    measurements, each with its own options."""
+    if ctx.invoked_subcommand is not None:
+        # These options are the side by side's: before a subcommand they would be ignored, so they are refused.
+        # (Typer carries its own copy of click, so the source is read by its name.)
+        given = [name for name in ctx.params if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+        if given:
+            names = ", ".join(f"--{name.rstrip('_').replace('_', '-')}" for name in given)
+            fail(UsageError(f"{names}: an option of the side-by-side bench, given before `{ctx.invoked_subcommand}`; "
+                            f"a subcommand's options follow its name (`reelbatch bench {ctx.invoked_subcommand} "
+                            f"--help`)"))
         return
-    if fleet:
-        bench_fleet(_counts("--levels", levels, 2000), factor, batch_s, json_)
-        return
-    if scale:
-        bench_scale(scale_videos, finished, scale_repeat, json_)
-        return
-    if preset not in PRESETS:
-        err.print(f"--preset: {preset!r} is not a preset (choose from {', '.join(PRESETS)})")
-        raise typer.Exit(2)
-    chosen = PRESETS[preset] if steps is None else dataclasses.replace(PRESETS[preset], steps=steps)
-    if encoder_preset is not None:
-        if encoder_preset not in ENCODER_PRESETS:
-            fail(UsageError(f"--encoder-preset: {encoder_preset!r} is not one of {', '.join(ENCODER_PRESETS)}"))
-        chosen = dataclasses.replace(chosen, encoder_preset=encoder_preset)
+    chosen = chosen_preset(preset, steps, encoder_preset)
     if speed_only and model is None:
         fail(UsageError("--speed-only: only with --model (a distilled registration)"))
-    if model is not None and (long or ladder):
-        fail(UsageError("--model: only the side-by-side bench and --quality take a model"))
-    if precision:
-        if model is not None or long or ladder:
-            fail(UsageError("--precision: the side-by-side bench of the preset's model, or with --quality"))
-        bench_precision(chosen, precision, videos, json_)
-        return
-    if long:
-        _bench_long(chosen, json_)
-        return
-    if ladder:
-        _bench_ladder(chosen, _counts("--batches", batches, 256), _counts("--workers", workers, 64), json_)
-        return
     total = 2 * (videos or chosen.videos)
     columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=json_) as bar:
@@ -155,6 +92,28 @@ def bench(
         print_bench(result)
 
 
+@bench_app.command("precision", short_help="Precisions side by side: speed, weight bytes, peak memory, PSNR.")
+def precision(
+    modes: Annotated[list[str], typer.Argument(
+        metavar="MODE", help="auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.precision).")],
+    preset: PresetOption = "cpu",
+    videos: Annotated[Optional[int], typer.Option("--videos", min=1, max=1000,
+                                                  help="Videos per side (default: the preset's).")] = None,
+    steps: StepsOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Each precision MODE side by side with exact mode and the native engine on the preset's model: speed,
+    transformer weight bytes, peak memory, PSNR to exact. (A mode's quality gate: `bench quality --precision`.)"""
+    bench_precision(chosen_preset(preset, steps), modes, videos, json_)
+
+
+bench_app.command("quality", short_help="Quality gates of lossy settings, precisions or a distilled model.")(quality)
+bench_app.command("long", short_help="Long videos: chunked and full length, 1x and 4x the window.")(long)
+bench_app.command("ladder", short_help="The worker path under load: each batch size x worker count.")(ladder)
+bench_app.command("fleet", short_help="The control plane under simulated workers: the GPUs it supports.")(fleet)
+bench_app.command("scale", short_help="submit, status, report and the claim with large tables.")(scale)
+
+
 def _record_profile(settings: Settings, preset, result: BenchResult, name: str | None) -> profiles.Profile:
     """The worker path's seconds per video at the preset's size and its side's steps and guidance (a `--model`'s
     own), kept for `reelbatch estimate` (jobs.cost.profiles) under `name`, default the model that side rendered."""
@@ -172,77 +131,6 @@ def _record_profile(settings: Settings, preset, result: BenchResult, name: str |
     else:
         err.print(f"recorded the profile of {model} for estimates in {path}", markup=False, highlight=False)
     return profile
-
-
-def _bench_long(preset, json_: bool) -> None:
-    with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
-                  disable=json_) as bar:
-        bar.add_task(f"bench --long {preset.name}: 1x and 4x, chunked and full length")
-        try:
-            from jobs.bench.long import run_long  # here, not at the top: torch only for the command that renders
-
-            r = run_long(preset, Settings.from_env())
-        except ReelbatchError as exc:
-            fail(exc)
-    if json_:
-        out.print_json(json.dumps(r))
-        return
-    one, many = r["frames"]["1x"], r["frames"]["4x"]
-    out.print(Text(f"bench --long {r['preset']}", style="bold"),
-              f"on {r['device']}: window {r['window_frames']} frames; "
-              f"{one} frames = {r['chunks']['1x']} chunk, {many} frames = {r['chunks']['4x']} chunks", highlight=False)
-    full = r["full_length"]
-    full_text = (f"full length: time x{full['time_ratio']:.2f}, peak memory x{full['peak_memory_ratio']:.2f}"
-                 if "error" not in full else f"full length did not run: {full['error']}")
-    out.print(f"chunked: time x{r['time_ratio']:.2f} for x{r['chunk_ratio']:.0f} chunks "
-              f"({r['time_ratio_over_chunk_ratio']:.2f} of linear), peak memory x{r['peak_memory_ratio']:.2f}, "
-              f"seam score {r['seam_score']:.2f}; {full_text}", highlight=False)
-
-
-def _counts(option: str, raw: str, most: int) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in raw.split(",") if part.strip())
-    except ValueError:
-        values = ()
-    if not values or not all(1 <= v <= most for v in values):
-        fail(UsageError(f"{option}: expected comma-separated whole numbers from 1 to {most}, got {raw!r}"))
-    return values
-
-
-def _bench_ladder(preset, batches: tuple[int, ...], workers: tuple[int, ...], json_: bool) -> None:
-    with Progress(progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True, disable=json_) as bar:
-        task = bar.add_task("ladder", total=len(batches) * len(workers))
-
-        started = []
-
-        def on_level(w: int, b: int) -> None:  # called as each level starts: the ones before it are done
-            bar.update(task, description=f"ladder {preset.name}: {w} worker(s) x batch {b}", completed=len(started))
-            started.append((w, b))
-
-        try:
-            from jobs.bench.ladder import run_ladder  # here, not at the top: torch only when rendering
-
-            result = run_ladder(preset, Settings.from_env(), batches=batches, workers=workers, on_level=on_level)
-        except ReelbatchError as exc:
-            fail(exc)
-    if json_:
-        out.print_json(json.dumps(result.to_dict()))
-        return
-    s = result.shape
-    out.print(Text(f"bench --ladder {result.preset}", style="bold"), f"on {result.device}: {s['width']}x{s['height']}, "
-              f"{s['frames']} frames, {s['steps']} steps; claim to stored object, per video", highlight=False)
-    table = Table("workers", "batch", "videos", "vid/h", "P50 s", "P95 s", "P99 s", "peak RSS MB", "device MB",
-                  "failed", box=None)
-    for lv in result.levels:
-        table.add_row(str(lv.workers), str(lv.batch), str(lv.videos), f"{lv.videos_per_hour:.0f}",
-                      f"{lv.latency_s['p50']:.2f}", f"{lv.latency_s['p95']:.2f}", f"{lv.latency_s['p99']:.2f}",
-                      f"{lv.peak_rss_mb:.0f}", "" if lv.peak_device_mb is None else f"{lv.peak_device_mb:.0f}",
-                      f"{lv.failure_rate:.1%}")
-    out.print(table)
-    best = result.steady()
-    out.print(f"steady state: {best.videos_per_hour:.0f} videos/hour at {best.workers} worker(s) x batch "
-              f"{best.batch}", highlight=False)
 
 
 def print_bench(r: BenchResult) -> None:
@@ -280,7 +168,7 @@ def print_bench(r: BenchResult) -> None:
         out.print(f"min PSNR reelbatch vs baseline {r.min_psnr_db:.1f} dB (100 = identical)", highlight=False)
     else:
         out.print(f"two models: PSNR reelbatch vs baseline (for information) {r.min_psnr_db:.1f} dB at worst; "
-                  "their quality is the distilled gate's (bench --quality --model)", highlight=False)
+                  "their quality is the distilled gate's (bench quality --model)", highlight=False)
 
 
 def _ratio(baseline: float, engine: float) -> str:

@@ -1,4 +1,4 @@
-"""`reelbatch bench --precision MODE`: exact mode, the native engine and each mode side by side
+"""`reelbatch bench precision MODE`: exact mode, the native engine and each mode side by side
 (jobs.bench.precision), printed as a table or JSON."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from jobs.settings import Settings
 
 def bench_precision(preset, modes: list[str], videos: int | None, json_: bool) -> None:
     with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True, disable=json_) as bar:
-        task = bar.add_task(f"bench --precision {preset.name}")
+        task = bar.add_task(f"bench precision {preset.name}")
         try:
             from jobs.bench.precision import run_precision_bench  # here, not at the top: torch only when rendering
 
@@ -32,7 +32,7 @@ def bench_precision(preset, modes: list[str], videos: int | None, json_: bool) -
 
 def print_precision_bench(r: dict) -> None:
     s = r["shape"]
-    out.print(Text(f"bench --precision {r['preset']}", style="bold"),
+    out.print(Text(f"bench precision {r['preset']}", style="bold"),
               f"{r['model']} on {r['device']} ({r['device_name']}): {s['videos']} videos of {s['width']}x{s['height']},"
               f" {s['frames']} frames, {s['steps']} steps, batches of {s['batch']}", highlight=False)
     sides = r["sides"]

@@ -1,17 +1,19 @@
-"""`reelbatch bench --quality`: lossy settings measured against exact mode, or a distilled registration against its
+"""`reelbatch bench quality`: lossy settings measured against exact mode, or a distilled registration against its
 teacher (jobs.bench.quality, jobs.quality.distilled), recorded as gates and printed."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Optional
 
+import typer
 from rich.progress import Progress, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from jobs.bench.presets import CANDIDATES
+from jobs.cli.bench_options import JsonOption
 from jobs.cli.console import err, fail, out, progress_text
 from jobs.errors import ReelbatchError, UsageError
 from jobs.settings import Settings
@@ -21,8 +23,39 @@ if TYPE_CHECKING:
     from jobs.quality.distilled import DistilledJudgement
 
 
+def quality(
+    model: Annotated[str, typer.Option(
+        "--model", help="A model trained on the toy world, or any registration (judged on --prompts or the shipped "
+                        "prompts); a distilled one is judged against its teacher.")] = "toy",
+    setting: Annotated[Optional[list[str]], typer.Option(
+        "--setting", help="Repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, step_scale "
+                          "(default: a measured list).")] = None,
+    precision: Annotated[Optional[list[str]], typer.Option(
+        "--precision", help="Repeatable: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.precision): measure "
+                            "and record the mode's gate (with each --setting if given).")] = None,
+    count: Annotated[int, typer.Option("--count", min=1, max=100_000, help="On a toy-world model: how many videos "
+                                       "the held-out draw holds (a gate releases a lever on 32 or more; 1200 put "
+                                       "the noise of a 2-point margin at half of it, docs/QUALITY.md).")] = 1200,
+    entropy: Annotated[Optional[int], typer.Option("--entropy", min=0, max=2**64 - 1, help="On a toy-world model: "
+                                                   "render the held-out draw a gate recorded (its `sample` names "
+                                                   "the entropy) instead of drawing afresh.")] = None,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", help="A manifest (YAML or JSONL) whose videos, at their own sizes, steps and seeds, are the "
+                          "gate's sample (default: a held-out draw on toy-world models, else the shipped prompts at "
+                          "the model's defaults).")] = None,
+    batch: Annotated[int, typer.Option("--batch", min=1, max=64, help="Videos per batch.")] = 8,
+    json_: JsonOption = False,
+) -> None:
+    """Render the gate's sample in exact mode and with each lossy setting or precision, judge both, and record which
+    pass their gate (mean PSNR >= 25 dB, every video's SSIM >= 0.5, on the toy world adherence within 2 points);
+    workers use only those, and only from 32 videos up. With --model of a distilled registration: render it and its
+    teacher on the same sample, judge both and record its distilled gate (flicker, motion, blank frames, frozen
+    videos; adherence on the toy world, a CLIP score where registered)."""
+    bench_quality(model, setting, count, batch, json_, prompts, precision or [], entropy)
+
+
 def bench_quality(model: str, setting: list[str] | None, count: int, batch: int, json_: bool,
-                  prompts: Path | None = None, precision: list[str] = ()) -> None:
+                  prompts: Path | None = None, precision: list[str] = (), entropy: int | None = None) -> None:
     try:
         settings = Settings.from_env()
         registry = settings.registry()
@@ -33,21 +66,22 @@ def bench_quality(model: str, setting: list[str] | None, count: int, batch: int,
         fail(UsageError(f"--setting: {model!r} is distilled; its gate is against its teacher, not a lossy setting"))
     with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
-        task = bar.add_task("bench --quality")
+        task = bar.add_task("bench quality")
         describe = lambda name: bar.update(task, description=f"rendering {name}")  # noqa: E731
         try:
             if distilled:
                 from jobs.quality.distilled import judge_registration  # here, not at the top: torch only when rendering
 
                 judged = judge_registration(settings, model, count=count, batch=batch, prompts=prompts,
-                                            on_model=describe)
+                                            on_model=describe, entropy=entropy)
             else:
                 from jobs.bench.quality import run_quality_bench  # here, not at the top: torch only when rendering
 
                 # --precision alone measures each mode by itself; with --setting, each setting at each mode.
                 candidates = setting or ([""] if precision else list(CANDIDATES))
                 result = run_quality_bench(settings, model, candidates, count=count, batch=batch,
-                                           prompts=prompts, on_setting=describe, precisions=list(precision))
+                                           prompts=prompts, on_setting=describe, precisions=list(precision),
+                                           entropy=entropy)
         except ReelbatchError as exc:
             fail(exc)
     if distilled:
@@ -66,7 +100,7 @@ def print_distilled(r: DistilledJudgement) -> None:
     g = r.gate
     from engine.gates import CLIP_MARGIN, MOTION_RATIO
 
-    out.print(Text.assemble(("bench --quality", "bold"),
+    out.print(Text.assemble(("bench quality", "bold"),
                             f" {g.model} against its teacher {g.teacher}: {g.count} videos each ({g.sample}); "
                             f"{r.student_s:.2f} s against the teacher's {r.teacher_s:.2f} s ({g.speedup:.1f}x)"),
               highlight=False)
@@ -106,7 +140,7 @@ def print_quality_bench(r: QualityBench) -> None:
     sizes = f"{s['width']}x{s['height']}, {s['frames']} frames, {s['steps']} steps, guidance {s['guidance']:g}"
     if s["shapes"] > 1:
         sizes = f"{s['shapes']} shapes (the first {sizes})"
-    out.print(Text("bench --quality", style="bold"), f"{r.model}: {r.count} videos ({r.sample}) of {sizes}, batches "
+    out.print(Text("bench quality", style="bold"), f"{r.model}: {r.count} videos ({r.sample}) of {sizes}, batches "
               f"of {r.batch}; exact mode {r.exact_s:.2f} s", highlight=False)
     # Adherence in percent, per attribute, where the toy judge reads the prompts: colour, shape, direction,
     # background, all four.

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from jobs.cli.console import progress_text, visible
-from jobs.db import queries
+from jobs.db import queries, submission
 from jobs.db.status import Status
 from jobs.errors import ReelbatchError
 from jobs.render.stopping import InHand
@@ -35,7 +35,7 @@ NOTICE_WAIT_S = 3.0
 POLL_S = 0.5
 
 
-def render(factory, submitted: queries.Submitted, console: Console, resume: str) -> int | None:
+def render(factory, submitted: submission.Submitted, console: Console, resume: str) -> int | None:
     """Start the worker and show progress until every video of the run is done. Returns None then, or the signal
     that interrupted `run`, once the worker has stopped. `resume` says how to resume the run."""
     log = tempfile.NamedTemporaryFile(prefix="reelbatch-worker-", suffix=".log", delete=False)

@@ -19,8 +19,8 @@ from jobs.cost.estimate import Estimator
 from jobs.cost.forecast import estimate as forecast
 from jobs.cost.projection import alive_workers, queued
 from jobs.db import limits
+from jobs.db.base import utcnow
 from jobs.db.connect import session_factory
-from jobs.db.rows import utcnow
 from jobs.errors import ReelbatchError, UsageError
 from jobs.manifest import load_manifest
 from jobs.manifest.fields import check_max_cost

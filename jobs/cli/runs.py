@@ -12,8 +12,9 @@ from sqlalchemy import select
 
 from jobs.cli.console import emit_json, fail, out
 from jobs.db import limits, queries, teams
+from jobs.db.base import as_utc, utcnow
 from jobs.db.connect import session_factory
-from jobs.db.rows import Run, as_utc, utcnow
+from jobs.db.rows import Run
 from jobs.errors import ReelbatchError
 from jobs.notify.finished import run_finished
 from jobs.settings import Settings
@@ -120,7 +121,7 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
             plan.add_row(str(r.run_id), r.name, *extra)
         out.print(plan)
     for model, n in unserved.items():
-        if model in ungated:  # a live worker would serve it but lacks its quality gate (jobs.render.batch)
+        if model in ungated:  # a live worker would serve it but lacks its quality gate (jobs.render.serving)
             out.print(f"{n} pending: unserved: no gate for {model} on any worker", highlight=False)
         else:
             out.print(f"{n} pending: no live worker serves {model}", highlight=False)

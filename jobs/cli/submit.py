@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from jobs.cli import embedded
 from jobs.cli.console import err, fail, literal, out, progress_text, visible
 from jobs.cost import ledger
-from jobs.db import queries
+from jobs.db import queries, submission
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError, UsageError
 from jobs.manifest import load_manifest
@@ -97,7 +97,7 @@ def check_signable(settings: Settings, manifest: Path, spec) -> None:
 
 def submit_manifest(settings: Settings, manifest: Path, name, model, output, sets, notify, new_run,
                     team_id: int | None = None, source: str | None = None,
-                    quiet: bool = False, embedded: bool = False) -> queries.Submitted:
+                    quiet: bool = False, embedded: bool = False) -> submission.Submitted:
     """What `submit` does, for it and for the HTTP API (jobs.service): check the manifest, record the run for
     `team_id` (None: the default team), queue its work. `source`: what the run says it came from (default: the
     manifest's path). Progress goes to stderr for large manifests, unless `quiet` (a server's threads: rich shows
@@ -116,7 +116,7 @@ def submit_manifest(settings: Settings, manifest: Path, name, model, output, set
         from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
 
         # `run`'s embedded worker renders with this process's settings, and `submit`'s workers refuse to claim what
-        # has no passing gate (jobs.render.batch.gated_models): refuse it here, before writing, with one message.
+        # has no passing gate (jobs.render.serving.gated_models): refuse it here, before writing, with one message.
         gated_engine(settings, settings.registry(), spec.model, named_by=str(manifest))
     elif precision not in ("auto", "fp32", "bf16") or text_precision not in (None, "auto", "fp32", "bf16"):
         from jobs.quality.evaluate import check_submitted_precision  # here: torch only when a gate is checked
@@ -127,7 +127,7 @@ def submit_manifest(settings: Settings, manifest: Path, name, model, output, set
     columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=quiet or not large) as bar:
         task = bar.add_task(visible(f"recording {spec.name}"), total=len(spec.videos))
-        submitted = queries.submit_run(factory, spec, output=spec.output, new_run=new_run, team_id=team_id)
+        submitted = submission.submit_run(factory, spec, output=spec.output, new_run=new_run, team_id=team_id)
         bar.update(task, completed=len(spec.videos))
         if submitted.pending_units:
             from jobs.work.app import create_app  # here, not at the top: Celery is only for commands that queue

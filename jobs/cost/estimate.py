@@ -33,7 +33,8 @@ RECENT = 200  # successful videos of a shape the measured basis averages over, n
 
 def video_work(width: int, height: int, frames: int, steps: int, guidance: float, chunks: int = 1) -> int:
     """What render time scales with: pixels x frames per pass x passes x steps x guidance passes (two with
-    classifier-free guidance, which diffusers runs when guidance > 1), as jobs.render.batch's time limits scale."""
+    classifier-free guidance, which diffusers runs when guidance > 1), as a batch's time limit scales
+    (jobs.render.serving)."""
     return width * height * frames * chunks * steps * (2 if guidance > 1 else 1)
 
 

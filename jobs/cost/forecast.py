@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from jobs.cost.estimate import Basis, Estimator, VideoShape
 from jobs.cost.prices import Rate, StoragePrice
 from jobs.cost.projection import UTILISATION, Queued, ahead, finish_s
-from jobs.db.queries import unit_rank
+from jobs.db.submission import unit_rank
 from jobs.manifest import RunSpec
 
 

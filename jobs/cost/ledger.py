@@ -32,9 +32,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.cost.prices import Rate, charge
+from jobs.db.base import utcnow
 from jobs.db.connect import reads
 from jobs.db.queries import Factory
-from jobs.db.rows import CostRecord, Video, WorkerSession, utcnow
+from jobs.db.rows import CostRecord, Video, WorkerSession
 from jobs.db.status import Status
 
 

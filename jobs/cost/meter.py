@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from sqlalchemy import update
 
 from jobs.cost.prices import Rate
+from jobs.db.base import utcnow
 from jobs.db.queries import Factory
-from jobs.db.rows import WorkerSession, utcnow
+from jobs.db.rows import WorkerSession
 
 
 class Span:

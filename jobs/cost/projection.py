@@ -5,7 +5,7 @@ The rule, stated once: a run finishes when the work ahead of it and its own are 
 each busy UTILISATION of the time: finish = now + (ahead + own GPU seconds) / (workers x UTILISATION). UTILISATION is
 capacity planning's sustainable level (jobs.reports.capacity caps at it: model loads, claims and the gaps between
 tickets keep a fleet from being busy every second). Work ahead of a run is every running unit and every pending unit
-that ranks at or above it (jobs.db.queries.unit_rank). Seconds come from jobs.cost.estimate, a unit being a video's
+that ranks at or above it (jobs.db.submission.unit_rank). Seconds come from jobs.cost.estimate, a unit being a video's
 share (one chunk of a long video); units of a shape with no basis are counted, not guessed.
 """
 
@@ -18,7 +18,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from jobs.cost.estimate import Estimator, VideoShape
-from jobs.db.rows import Run, Video, WorkerSession, WorkUnit, as_utc
+from jobs.db.base import as_utc
+from jobs.db.rows import Run, Video, WorkerSession, WorkUnit
 from jobs.db.status import Status
 
 # Defined here, below the reports, so that capacity planning (jobs.reports.capacity) and this rule share one figure.

@@ -33,7 +33,7 @@ def is_postgres(url: str) -> bool:
 
 def make_engine(url: str, pool_size: int | None = None) -> Engine:
     """An engine for `url`. `pool_size` (PostgreSQL): connections kept per process, none beyond it (a process
-    that runs many simulated workers, `reelbatch bench --fleet`); default SQLAlchemy's 5, plus 10 on demand."""
+    that runs many simulated workers, `reelbatch bench fleet`); default SQLAlchemy's 5, plus 10 on demand."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql":
         pool = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": 120}
@@ -72,7 +72,7 @@ def ping_when_idle(engine: Engine, idle_s: float) -> Engine:
     every one: a connection the server dropped (a restart, a failover, an idle timeout) is replaced, and the whole
     pool with it, before a statement meets it. A connection back within `idle_s` has just worked; pinging it too was
     half of each short statement's client CPU and one more server transaction per checkout, which a busy process
-    (`reelbatch bench --fleet`'s simulated workers) paid thousands of times a second (docs/SCALE.md). A statement
+    (`reelbatch bench fleet`'s simulated workers) paid thousands of times a second (docs/SCALE.md). A statement
     that meets a restart anyway fails as one would between a ping and its statement: SQLAlchemy invalidates the pool
     and the caller's retry gets fresh connections."""
     used = "reelbatch_used_at"

@@ -14,8 +14,9 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from jobs.db.base import as_utc
 from jobs.db.queries import Factory, _run_id, requeue, waiting_units
-from jobs.db.rows import CostRecord, Run, Video, WorkUnit, as_utc
+from jobs.db.rows import CostRecord, Run, Video, WorkUnit
 from jobs.db.status import CancelReason, Status, move
 
 

@@ -17,9 +17,12 @@ from datetime import datetime, timezone
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from jobs.db.queries import DEFAULT_TEAM, Factory, _run_id, default_team_id
-from jobs.db.rows import CostRecord, Run, Team, Token, Video, utcnow
+from jobs.db.base import utcnow
+from jobs.db.queries import Factory, _run_id
+from jobs.db.rows import CostRecord, Run, Video
+from jobs.db.service_rows import Team, Token
 from jobs.db.status import Status
+from jobs.db.submission import DEFAULT_TEAM, default_team_id
 from jobs.errors import RunNotFound, UsageError
 
 DEFAULT = DEFAULT_TEAM

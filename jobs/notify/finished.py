@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Iterable
 
 from jobs.db import queries
+from jobs.db.base import utcnow
 from jobs.db.queries import Factory
-from jobs.db.rows import utcnow
 from jobs.notify import outbox, payload, send
 from jobs.reports.results import write_results
 from jobs.settings import Settings

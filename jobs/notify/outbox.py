@@ -18,9 +18,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import exists, or_, select
 from sqlalchemy.exc import IntegrityError
 
+from jobs.db.base import as_utc
 from jobs.db.connect import reads
 from jobs.db.queries import Factory, find_run
-from jobs.db.rows import Notification, NotificationAttempt, Run, Video, as_utc
+from jobs.db.rows import Run, Video
+from jobs.db.service_rows import Notification, NotificationAttempt
 from jobs.db.status import Status
 
 # Longer than a POST may take (jobs.notify.send.TIMEOUT_S, 10 s) with room to record it.

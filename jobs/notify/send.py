@@ -18,8 +18,8 @@ from datetime import datetime
 
 from typing_extensions import assert_never
 
+from jobs.db.base import utcnow
 from jobs.db.queries import Factory
-from jobs.db.rows import utcnow
 from jobs.notify import outbox
 from jobs.notify.outbox import Attempt, Due
 from jobs.notify.sign import ATTEMPT_HEADER, DELIVERY_HEADER, SIGNATURE_HEADER, signature

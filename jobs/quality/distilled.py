@@ -1,4 +1,4 @@
-"""A distilled registration judged against its teacher: `reelbatch bench --quality --model NAME` (its gate) and the
+"""A distilled registration judged against its teacher: `reelbatch bench quality --model NAME` (its gate) and the
 evaluation `reelbatch toy distill` ends with (its gate, long videos and card figures).
 
 engine.toy.distill_report renders and judges; this module chooses what it judges (the quality set, long videos'
@@ -53,13 +53,15 @@ def long_cases(count: int = LONG_VIDEOS) -> list[tuple[str, int]]:
 
 
 def judge_registration(settings: Settings, model: str, *, count: int, batch: int, prompts: Path | None = None,
-                       on_model: Callable[[str], None] | None = None) -> DistilledJudgement:
-    """`reelbatch bench --quality --model NAME [--prompts FILE]` for a distilled registration: it and its teacher
+                       on_model: Callable[[str], None] | None = None, entropy: int | None = None
+                       ) -> DistilledJudgement:
+    """`reelbatch bench quality --model NAME [--prompts FILE]` for a distilled registration: it and its teacher
     render the gate's sample (jobs.quality.gate_sample) on the same prompts, seeds, sizes and frames, each at its
     own steps and guidance, with the lossy accelerators off and after a warm-up batch; adherence is judged after MP4
     on the toy world, a CLIP score is taken where the registration names a CLIP folder, and its gate is recorded."""
     registry = settings.registry()
-    sample = gate_sample(registry, model, prompts=prompts, count=count)  # a usage error for an unregistered name
+    # A usage error for an unregistered name.
+    sample = gate_sample(registry, model, prompts=prompts, count=count, entropy=entropy)
     info = registry.get(model)
     if info.teacher is None:
         raise UsageError(f"--model: {model!r} names no teacher, so it has no distilled gate")

@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session
 from jobs.claims.claims import ClaimedUnit
 from jobs.claims.leases import fenced, fenced_all, retry_or_fail
 from jobs.cost.prices import Rate, StoragePrice, charge
+from jobs.db.base import utcnow
 from jobs.db.queries import Factory
-from jobs.db.rows import Video, WorkUnit, utcnow
+from jobs.db.rows import Video, WorkUnit
 from jobs.db.status import Status, move, transition
 from jobs.render.checks import with_earlier
 

@@ -1,15 +1,12 @@
-"""A rendered batch to the store and the database: each video encoded, stored and recorded (or each chunk of a long
-video checkpointed), each with its typed outcome, handled exhaustively; and whether the MP4 at a video's key is the
-one an earlier attempt of it recorded (earlier_upload: adopted at the claim, jobs.render.batch, or on a conflict here)."""
+"""A rendered batch to the store and the database: each video encoded (jobs.render.encoding), stored and recorded (or
+each chunk of a long video checkpointed), each with its typed outcome, handled exhaustively. An object already at a
+video's key that an earlier attempt of it stored is adopted (jobs.render.adopt)."""
 
 from __future__ import annotations
 
-import contextvars
-import hashlib
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -24,29 +21,18 @@ from jobs.db.queries import Factory
 from jobs.manifest import keys
 from jobs.observe import prometheus
 from jobs.render import record
+from jobs.render.adopt import earlier_upload
 from jobs.render.attempts import Attempt, count_success, decide, error_text, fail_now, retry, tally
 from jobs.render.checks import Checked, ChecksFailed, check, record_refused
 from jobs.render.chunks import drop_checkpoints, stitch_long, store_chunk
+from jobs.render.encoding import Encoded, StoreSteps, encode_video, store_threads, timed
 from jobs.render.finisher import BatchResult
 from jobs.render.posters import adopted_poster, put_poster
 from jobs.render.record import VideoOutput
 from jobs.settings import Settings
-from storage.encode import encode_mp4
-from storage.poster import poster_jpeg
-from storage.stores import ObjectConflict, StoredObject
+from storage.stores import ObjectConflict
 
 log = logging.getLogger(__name__)
-
-
-def earlier_upload(unit: ClaimedUnit) -> StoredObject | None:
-    """The object at the video's key if it is the one an earlier attempt recorded just before uploading it (its
-    checksum is the unit's upload_sha256): that attempt's MP4, to adopt rather than render or store again. None when
-    no checksum was recorded (the store is not asked) or the key holds nothing or something else. StoreError when
-    the store cannot be asked."""
-    if not unit.upload_sha256:
-        return None
-    found = keys.store_for(unit.output).stat(keys.object_key(unit.run_name, unit.key))
-    return found if found is not None and found.sha256 == unit.upload_sha256 else None
 
 
 @dataclass(frozen=True)
@@ -84,18 +70,6 @@ class LeaseLost:
 
 
 StoreOutcome: TypeAlias = Stored | Checkpointed | Retry | FailNow | LeaseLost | ChecksFailed
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """Not an outcome yet: the video's MP4, its checksum (recorded before the upload) and its poster, to upload."""
-
-    video: RenderedVideo
-    data: bytes
-    digest: str
-    poster: bytes
-    encode_s: float
-    checked: Checked | None = None  # its checks (jobs.render.checks), stored with it
 
 
 def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[ClaimedUnit],
@@ -160,13 +134,13 @@ def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[Clai
     store's writes (fsync, or an S3 request) release the GIL, so on a GPU's idle host cores a batch stores in a
     fraction of the time one after another takes. Each outcome comes with the seconds its steps took on `clock` (the
     meter's), the transaction's shared equally between the videos it marked."""
-    with _Steps(min(store_threads(settings, engine), len(todo))) as steps:
-        prepared = steps.map(partial(_timed, clock, partial(_prepare, factory, engine, claim)), todo, rendered)
+    with StoreSteps(min(store_threads(settings, engine), len(todo))) as steps:
+        prepared = steps.map(partial(timed, clock, partial(_prepare, factory, engine, claim)), todo, rendered)
         ready = [(unit, step) for unit, (step, _) in zip(todo, prepared) if isinstance(step, Encoded)]
-        marked, mark_s = _timed(clock, _mark, factory, ready)
+        marked, mark_s = timed(clock, _mark, factory, ready)
         share = mark_s / len(ready) if ready else 0.0
         going = [(unit, step) for unit, step in ready if marked[unit.unit_id] is None]
-        uploads = steps.map(partial(_timed, clock, partial(_upload, claim, share, settings.seam_review)),
+        uploads = steps.map(partial(timed, clock, partial(_upload, claim, share, settings.seam_review)),
                             [unit for unit, _ in going], [step for _, step in going])
     uploaded = {unit.unit_id: upload for (unit, _), upload in zip(going, uploads)}
     outcomes: list[tuple[StoreOutcome, float]] = []
@@ -179,43 +153,6 @@ def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[Clai
             outcome, upload_s = uploaded[unit.unit_id]
             outcomes.append((outcome, seconds + share + upload_s))
     return outcomes
-
-
-class _Steps:
-    """One step run for each video of a batch: one after another, or on a pool of `threads`."""
-
-    def __init__(self, threads: int):
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="reelbatch-store") if threads > 1 else None
-
-    def __enter__(self) -> _Steps:
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-
-    def map(self, step: Callable, *columns: list) -> list:
-        if self.pool is None:
-            return [step(*args) for args in zip(*columns)]
-        # Each on a copy of this thread's context, so its log lines keep the batch's bound fields (jobs.observe.logs).
-        futures = [self.pool.submit(contextvars.copy_context().run, step, *args) for args in zip(*columns)]
-        return [future.result() for future in futures]
-
-
-def store_threads(settings: Settings, engine: Engine) -> int:
-    """REELBATCH_STORE_THREADS, with `auto` (0) as 4 on an accelerator, whose host cores are idle while it renders,
-    and 1 on a CPU, where the next batch renders on the same cores: there, 4 threads' encodes and database writes
-    slowed the render they overlapped as much as they shortened the last batch's storing (docs/PERFORMANCE.md)."""
-    if settings.store_threads:
-        return settings.store_threads
-    return 1 if engine.config.torch_device().type == "cpu" else 4
-
-
-def _timed(clock: Callable[[], float], step: Callable, *args) -> tuple:
-    """The step's result and the seconds it took on `clock`."""
-    start = clock()
-    result = step(*args)
-    return result, clock() - start
 
 
 def _prepare(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit,
@@ -236,17 +173,9 @@ def _prepare(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit,
         checked = check(factory, unit, video, engine.registry.get(claim.batch.shape.model).checks)
         if isinstance(checked, ChecksFailed):
             return checked
-        return replace(_encode(unit, video), checked=checked)
+        return replace(encode_video(unit, video), checked=checked)
     except Exception as exc:  # noqa: BLE001 - one video's store error must not fail its neighbours
         return _failed(unit, exc)
-
-
-def _encode(unit: ClaimedUnit, video: RenderedVideo) -> Encoded:
-    start = time.perf_counter()
-    enc = unit.encoding
-    data = encode_mp4(video.frames, unit.fps, crf=enc.crf, codec=enc.codec, preset=enc.preset)
-    poster = poster_jpeg(data)  # from the MP4's bytes, not the frames: jobs.render.posters says why
-    return Encoded(video, data, hashlib.sha256(data).hexdigest(), poster, time.perf_counter() - start)
 
 
 def _mark(factory: Factory, ready: list[tuple[ClaimedUnit, Encoded]]) -> dict[int, StoreOutcome | None]:

@@ -79,6 +79,6 @@ def plan(run: Run, videos: list[tuple[Video, int]], *, gpus: int, run_gpus: int,
             "price_per_video_second_usd": price.usd_per_video_s, "price_source": price.source,
             "mean_video_length_s": mean_length_s, "days_per_month": DAYS_PER_MONTH,
             "note": "the run's own mix of shapes and lengths; another mix needs another run (or reelbatch bench "
-                    "--ladder for one shape's steady state)",
+                    "ladder for one shape's steady state)",
         },
     }

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobs.db.rows import Run, Video, as_utc
+from jobs.db.base import as_utc
+from jobs.db.rows import Run, Video
 from jobs.db.status import Status
 from jobs.reports.stats import ordered_sum
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import numpy as np
 
-from jobs.db.rows import as_utc
+from jobs.db.base import as_utc
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float] | None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 
 from jobs.cost.prices import Price
-from jobs.db.rows import Run, Video, as_utc
+from jobs.db.base import as_utc
+from jobs.db.rows import Run, Video
 from jobs.db.status import Status
 from jobs.reports.figures import STAGES, Figures, failure_reason, figures
 from jobs.reports.stats import per_hour, percentiles, span_s

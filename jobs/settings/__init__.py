@@ -47,7 +47,7 @@ class Settings:
     fast_vae_norm: bool
     overlap: bool
     fair_share: bool
-    store_threads: int  # 0: auto (jobs.render.store.store_threads)
+    store_threads: int  # 0: auto (jobs.render.encoding.store_threads)
     compile: bool
     attention: str
     text_cache: bool

@@ -16,8 +16,9 @@ from sqlalchemy import select
 from jobs.cost import profiles
 from jobs.cost.estimate import Estimator
 from jobs.cost.projection import Projection, alive_workers, projections
+from jobs.db.base import utcnow
 from jobs.db.queries import Factory
-from jobs.db.rows import Run, utcnow
+from jobs.db.rows import Run
 from jobs.errors import UsageError
 from jobs.observe.prometheus import DEADLINE_AT_RISK, DEADLINE_SLACK
 from jobs.settings import Settings

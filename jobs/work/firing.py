@@ -27,8 +27,10 @@ from pathlib import Path, PurePosixPath
 from sqlalchemy import false, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from jobs.db import queries
-from jobs.db.rows import Firing, Run, Schedule, as_utc, utcnow
+from jobs.db import queries, submission
+from jobs.db.base import as_utc, utcnow
+from jobs.db.rows import Run
+from jobs.db.service_rows import Firing, Schedule
 from jobs.errors import UsageError
 from jobs.manifest import ManifestError, RunSpec, load_manifest
 from jobs.manifest.values import MAX_FILE_BYTES
@@ -170,13 +172,13 @@ def _load(settings: Settings, manifest: str, run_name: str, notify: str | None) 
     return replace(spec, source=manifest)
 
 
-def _submit(factory: queries.Factory, settings: Settings, spec: RunSpec) -> queries.Submitted:
+def _submit(factory: queries.Factory, settings: Settings, spec: RunSpec) -> submission.Submitted:
     output = spec.output  # canonical: the manifest's own, else REELBATCH_OUTPUT's (load_manifest)
     try:
-        return queries.submit_run(factory, spec, output=output)
+        return submission.submit_run(factory, spec, output=output)
     except IntegrityError:
         # PostgreSQL: a taker of the same firing inserted the run between our check and our insert. Now the
         # name exists, so this returns that run (same content), or refuses it (RunNameTaken, content changed).
-        return queries.submit_run(factory, spec, output=output)
+        return submission.submit_run(factory, spec, output=output)
 
 

@@ -31,8 +31,8 @@ from jobs.db.queries import UNGATED_MARK
 from jobs.observe import logs
 from jobs.observe.identity import worker_id
 from jobs.observe.prometheus import serve
-from jobs.render.batch import gated_models
 from jobs.render.finisher import Finisher
+from jobs.render.serving import gated_models
 from jobs.render.stopping import Stopping
 from jobs.settings import Settings
 from jobs.work import shutdown
@@ -104,7 +104,7 @@ def finisher() -> Finisher:
 @lru_cache(maxsize=1)
 def gated() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Of the models this worker is to serve (`--models`, else every registered one), those whose gates let its
-    engine render them, and those they do not (jobs.render.batch.gated_models), as the worker started."""
+    engine render them, and those they do not (jobs.render.serving.gated_models), as the worker started."""
     return gated_models(engine(), settings().served_models())
 
 

@@ -18,7 +18,8 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
 from jobs.db import queries
-from jobs.db.rows import Firing, Schedule, as_utc, utcnow
+from jobs.db.base import as_utc, utcnow
+from jobs.db.service_rows import Firing, Schedule
 from jobs.errors import UsageError
 from jobs.manifest.fields import MAX_NAME_CHARS, check_name, check_notify
 from jobs.manifest.values import FieldError

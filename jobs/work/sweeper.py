@@ -31,7 +31,7 @@ from jobs.claims import claims, leases
 from jobs.cost import ledger
 from jobs.cost.meter import Meter
 from jobs.db import limits, teams
-from jobs.db.rows import utcnow
+from jobs.db.base import utcnow
 from jobs.notify import finished, send
 from jobs.observe import prometheus
 from jobs.settings import Settings

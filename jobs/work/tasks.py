@@ -11,7 +11,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from jobs.claims import claims
 from jobs.db.connect import session_factory
-from jobs.render.batch import render_next_batch, warm_up
+from jobs.render.batch import render_next_batch
+from jobs.render.serving import warm_up
 from jobs.work import process
 from jobs.work.firing import fire_due
 from jobs.work.tickets import RENDER_TASK, send_tickets

@@ -55,7 +55,7 @@ def upgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_work_units_claim'))
         batch_op.create_index('ix_work_units_claim', ['status', 'rank'], unique=False)
 
-    # Rank existing units as new ones are ranked (jobs.db.queries.unit_rank: priority x 600 s minus submission time).
+    # Rank existing units as new ones are ranked (jobs.db.submission.unit_rank: priority x 600 s minus submission time).
     units = sa.table('work_units', sa.column('id'), sa.column('priority'),
                      sa.column('created_at', sa.DateTime(timezone=True)), sa.column('rank', sa.BigInteger()))
     conn = op.get_bind()

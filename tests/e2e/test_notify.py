@@ -9,8 +9,9 @@ from datetime import timedelta
 from PIL import Image
 from sqlalchemy import select
 
+from jobs.db.base import as_utc, utcnow
 from jobs.db.connect import session_factory
-from jobs.db.rows import WorkerSession, as_utc, utcnow
+from jobs.db.rows import WorkerSession
 from tests.webhooks import receiver, signed_by
 
 from .procs import Workers, wait_for

@@ -53,7 +53,7 @@ def test_a_registration_without_its_gate_is_refused_at_submit_and_an_unknown_mod
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     said = " ".join(proc.stderr.split())
     assert f"{models}: model 'tiny8': precision: lossy setting precision=int8-weight has no recorded quality gate " \
-           "for model 'tiny8'" in said and "reelbatch bench --quality --model tiny8 --precision int8-weight" in said
+           "for model 'tiny8'" in said and "reelbatch bench quality --model tiny8 --precision int8-weight" in said
     assert not (tmp_path / "reelbatch.db").exists(), "refused before anything was written"
     models.write_text(f"tiny8:\n  path: {ensure_tiny(cache)}\n  precision: int3\n")
     proc = env("submit", "m.yaml", check=False)
@@ -71,7 +71,7 @@ def test_a_text_encoder_precision_without_its_gate_is_refused_at_submit_naming_i
     said = " ".join(proc.stderr.split())
     assert f"{models}: model 'tinyte': text_encoder_precision: lossy setting text_encoder_precision=int8 has no " \
            "recorded quality gate for model 'tinyte'" in said, said
-    assert "reelbatch bench --quality --model tinyte --setting text_encoder_precision=int8" in said
+    assert "reelbatch bench quality --model tinyte --setting text_encoder_precision=int8" in said
     assert not (tmp_path / "reelbatch.db").exists(), "refused before anything was written"
     # A worker asks its device first: on this CPU fp8 cannot run at all, gate or none.
     models.write_text(f"tinyte:\n  path: {ensure_tiny(cache)}\n  text_encoder_precision: fp8\n")

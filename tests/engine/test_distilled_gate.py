@@ -77,7 +77,7 @@ def test_the_engine_refuses_a_distilled_registration_until_its_gate_passed(tmp_p
     registry, identity = distilled
     batch = RenderBatch(Shape("tiny-fast", 32, 32, 5, 2, 1.0), (RenderRequest(1, "x", None, 1),))
     with pytest.raises(UngatedSetting, match="model 'tiny-fast' is distilled and has no recorded quality gate against "
-                                             "its teacher .*reelbatch bench --quality --model tiny-fast"):
+                                             "its teacher .*reelbatch bench quality --model tiny-fast"):
         Engine(EngineConfig(cache_dir=tmp_path), registry).render(batch)
     worse = {**TEACHER, "direction": 0.5}
     video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)] * gates.MIN_SAMPLE

@@ -81,7 +81,7 @@ def test_steps_and_guided_steps():
 def test_no_lossy_setting_renders_without_a_gate(cache_dir):
     engine = Engine(EngineConfig(cache_dir=cache_dir, step_scale=0.5), Registry())
     with pytest.raises(UngatedSetting, match=r"step_scale=0.5 has no recorded quality gate for model 'tiny'.*"
-                                             r"reelbatch bench --quality --model tiny --setting step_scale=0.5"):
+                                             r"reelbatch bench quality --model tiny --setting step_scale=0.5"):
         engine.render(RenderBatch(SHAPE, REQUESTS))
     passing_gate(cache_dir, "step_scale=0.5", failures=["mean PSNR against the exact renders is 20.0 dB"])
     with pytest.raises(UngatedSetting, match="failed its quality gate .*20.0 dB"):

@@ -102,7 +102,7 @@ def test_fp8_on_a_cpu_and_an_ungated_mode_are_refused_naming_the_model_and_mode(
         Engine(EngineConfig(cache_dir=cache_dir, precision="fp8"), Registry()).pipelines.check_precision("tiny")
     engine = Engine(EngineConfig(cache_dir=cache_dir, precision="int8"), Registry())
     with pytest.raises(UngatedSetting, match=r"lossy setting precision=int8 has no recorded quality gate for model "
-                                             r"'tiny'.*`reelbatch bench --quality --model tiny --precision int8`"):
+                                             r"'tiny'.*`reelbatch bench quality --model tiny --precision int8`"):
         engine.pipelines.check_precision("tiny")
     with pytest.raises(UngatedSetting):
         engine.render(RenderBatch(SHAPE, REQUESTS))
@@ -152,7 +152,7 @@ def test_a_models_file_names_an_unknown_text_encoder_precision(tmp_path, model_c
 def test_an_ungated_or_unrunnable_text_encoder_precision_is_refused_naming_it(cache_dir):
     engine = Engine(EngineConfig(cache_dir=cache_dir), tiny_text(cache_dir, "int8"))
     with pytest.raises(UngatedSetting, match=r"lossy setting text_encoder_precision=int8 has no recorded quality gate "
-                                             r"for model 'tiny'.*`reelbatch bench --quality --model tiny --setting "
+                                             r"for model 'tiny'.*`reelbatch bench quality --model tiny --setting "
                                              r"text_encoder_precision=int8`"):
         engine.pipelines.check_precision("tiny")
     with pytest.raises(PrecisionRefused, match=r"model 'tiny': text_encoder_precision fp8 cannot run here: fp8 needs "

@@ -13,10 +13,10 @@ import yaml
 from engine.engine import Engine
 from jobs.cost.meter import Meter
 from jobs.cost.prices import Rate
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory
 from jobs.manifest import RunSpec, load_manifest
-from jobs.render import store as store_module
+from jobs.render import encoding
 from jobs.render.batch import render_next_batch
 from jobs.render.finisher import BatchResult
 from jobs.settings import Settings
@@ -55,7 +55,7 @@ class World:
         return load_manifest(self.manifest(name, videos, **run), registry=self.registry)
 
     def submit(self, name: str, videos: list[dict], **run: object) -> int:
-        return queries.submit_run(self.factory, self.spec(name, videos, **run),
+        return submission.submit_run(self.factory, self.spec(name, videos, **run),
                                   output=f"file://{self.folder / 'out'}/").run_id
 
     def render(self) -> BatchResult:
@@ -71,13 +71,13 @@ class World:
 
 def clock_the_encoder(monkeypatch, clock: Clock, seconds: float = ENCODE_S) -> None:
     """Every MP4 encode of the render path takes `seconds` on `clock` (and really encodes)."""
-    real_encode = store_module.encode_mp4
+    real_encode = encoding.encode_mp4
 
     def encode(frames, fps, **options):
         clock.advance(seconds)
         return real_encode(frames, fps, **options)
 
-    monkeypatch.setattr(store_module, "encode_mp4", encode)
+    monkeypatch.setattr(encoding, "encode_mp4", encode)
 
 
 def videos(prefix: str, count: int, **fields: object) -> list[dict]:

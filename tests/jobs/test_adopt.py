@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from engine.engine import Engine
 from jobs.claims import leases
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import Video
 from jobs.db.status import Status
@@ -41,7 +41,7 @@ def one_video_run(tmp_path, model_cache, registry, output: str):
     settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'a.db'}",
                                    cache_dir=model_cache, lease_s=0.5, retry_backoff_s=0.01)
     factory = session_factory(settings.database_url)
-    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=output)
+    submission.submit_run(factory, load_manifest(manifest, registry=registry), output=output)
     return settings, factory
 
 

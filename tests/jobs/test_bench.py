@@ -136,7 +136,7 @@ def test_ladder_runs_each_level_with_real_worker_processes(tmp_path, model_cache
     come from the rows the workers wrote, and the steady state is the level with the most videos per hour."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
            "REELBATCH_CACHE_DIR": str(model_cache)}
-    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "--preset", "small", "--ladder", "--batches", "2",
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "ladder", "--preset", "small", "--batches", "2",
                            "--workers", "1,2", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -156,9 +156,24 @@ def test_ladder_runs_each_level_with_real_worker_processes(tmp_path, model_cache
 
 @pytest.mark.parametrize("option, value", [("--batches", "0,2"), ("--workers", "two")])
 def test_ladder_levels_must_be_whole_numbers(tmp_path, option, value):
-    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "--ladder", option, value], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "ladder", option, value], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and f"{option}: expected comma-separated whole numbers" in proc.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--quality", "--count", "32"], "--quality: the mode is a subcommand now: `reelbatch bench quality [OPTIONS]`"),
+    (["--preset", "small", "--ladder"], "--ladder: the mode is a subcommand now: `reelbatch bench ladder [OPTIONS]`"),
+    (["--precision=bf16"], "--precision: the mode is a subcommand now: `reelbatch bench precision MODE... [OPTIONS]`"),
+    (["--preset", "small", "long"], "--preset: an option of the side-by-side bench, given before `long`"),
+])
+def test_bench_modes_are_subcommands_and_the_old_flags_say_where_they_went(tmp_path, args, said):
+    """`bench` alone is the side by side; each other mode is a subcommand with its own options. A former mode flag,
+    or a side-by-side option put before a subcommand, exits 2 saying so, having rendered and written nothing."""
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("batch, workers, videos", [(1, 1, 16), (2, 2, 16), (8, 1, 24), (16, 2, 96), (4, 2, 24)])
@@ -170,7 +185,7 @@ def test_bench_long_reports_chunked_and_full_length_side_by_side(tmp_path, model
     """The small preset (toy, 9-frame window) at 1x and 4x: 1 and 5 chunks, each case in its own process."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
            "REELBATCH_CACHE_DIR": str(model_cache)}
-    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "--preset", "small", "--long", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", "long", "--preset", "small", "--json"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
@@ -204,7 +219,7 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
     refused = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2, refused.stderr
     assert "--model toy-fast: model 'toy-fast' is distilled and has no recorded quality gate" in refused.stderr
-    assert "reelbatch bench --quality --model toy-fast" in refused.stderr and not list(work.iterdir())
+    assert "reelbatch bench quality --model toy-fast" in refused.stderr and not list(work.iterdir())
     proc = subprocess.run(args + ["--speed-only"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
@@ -227,7 +242,7 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
     assert set(env_["versions"]) == {"torch", "diffusers", "transformers", "peft", "av"} and all(env_["versions"].values())
     assert env_["commit"] == "unknown" or len(env_["commit"].removesuffix("+dirty")) == 40
     assert env_["datasheet_peak_gflops"] is None and r["datasheet_mfu"] == {"baseline": None, "engine": None}
-    # A passing record, as `bench --quality --model toy-fast` writes one (that measurement is test_toy_fast's):
+    # A passing record, as `bench quality --model toy-fast` writes one (that measurement is test_toy_fast's):
     # the check the bench makes before rendering then lets it through.
     teacher = {"colour": 1.0, "shape": 0.8, "direction": 0.95, "background": 1.0, "all_four": 0.75}
     video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)] * gates.MIN_SAMPLE

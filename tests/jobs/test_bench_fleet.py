@@ -1,4 +1,4 @@
-"""`reelbatch bench --fleet` and `--scale` at CI size, against a real PostgreSQL and Redis: the measurements run end
+"""`reelbatch bench fleet` and `bench scale` at CI size, against a real PostgreSQL and Redis: the measurements run end
 to end, and what they must never show (a lost or doubled video) is checked from the rows they leave."""
 
 import resource
@@ -77,18 +77,18 @@ def test_the_scale_bench_measures_a_submitted_run_and_the_claim_over_finished_ro
     assert "Index Scan using ix_work_units_claim_model" in plan and "Sort" not in plan, plan
 
 
-@pytest.mark.parametrize("flag", ["--fleet", "--scale"])
-def test_the_control_plane_benches_refuse_the_embedded_database(tmp_path, flag):
+@pytest.mark.parametrize("mode", ["fleet", "scale"])
+def test_the_control_plane_benches_refuse_the_embedded_database(tmp_path, mode):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO),
            "REELBATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}"}
-    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", flag], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "jobs", "bench", mode], env=env, capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert f"bench {flag} measures PostgreSQL: set REELBATCH_DATABASE_URL" in proc.stderr
+    assert f"bench {mode} measures PostgreSQL: set REELBATCH_DATABASE_URL" in proc.stderr
 
 
 def test_a_redis_broker_is_required():
     from jobs.bench.scratch import require_services
 
-    with pytest.raises(UsageError, match="bench --fleet measures Redis tickets"):
-        require_services(Settings.from_env({"REELBATCH_DATABASE_URL": "postgresql+psycopg://x@h/d"}), "bench --fleet")
+    with pytest.raises(UsageError, match="bench fleet measures Redis tickets"):
+        require_services(Settings.from_env({"REELBATCH_DATABASE_URL": "postgresql+psycopg://x@h/d"}), "bench fleet")

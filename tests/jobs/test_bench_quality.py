@@ -1,4 +1,4 @@
-"""`reelbatch bench --quality` on the shipped toy model, and the gate it records deciding what `reelbatch run` accepts."""
+"""`reelbatch bench quality` on the shipped toy model, and the gate it records deciding what `reelbatch run` accepts."""
 
 import json
 import os
@@ -26,7 +26,7 @@ def env(tmp_path, model_cache):
 def test_bench_quality_measures_records_and_gates_runs(tmp_path, env):
     # A threshold no step passes changes nothing (it must pass); 10% of the steps (2) changes everything (it must fail).
     # 32 videos: the fewest that release a lever (engine.gates.MIN_SAMPLE).
-    proc = cli(["bench", "--quality", "--count", "32", "--setting", "step_cache=1e-6", "--setting", "step_scale=0.1",
+    proc = cli(["bench", "quality", "--count", "32", "--setting", "step_cache=1e-6", "--setting", "step_scale=0.1",
                 "--json"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
@@ -58,14 +58,14 @@ def test_bench_quality_measures_records_and_gates_runs(tmp_path, env):
 
 
 def test_a_malformed_setting_is_a_usage_error(tmp_path, env):
-    proc = cli(["bench", "--quality", "--setting", "step_scale=2"], tmp_path, env, timeout=120)
+    proc = cli(["bench", "quality", "--setting", "step_scale=2"], tmp_path, env, timeout=120)
     assert proc.returncode == 2
     assert "--setting 'step_scale=2'" in proc.stderr and "step_scale must be in (0, 1]" in proc.stderr
 
 
 def test_a_distilled_model_is_refused_until_bench_quality_records_its_gate_against_its_teacher(tmp_path, env):
     """`model: toy-fast` before any gate: `run`, `quality` and `toy sheet` refuse it naming the gate and the command
-    that measures it, writing nothing. `bench --quality --model toy-fast` renders it and `toy` at their defaults and
+    that measures it, writing nothing. `bench quality --model toy-fast` renders it and `toy` at their defaults and
     records its distilled gate (PSNR against the teacher for information). A passing record lets `run` render it."""
     from engine.config import EngineConfig
     from engine.engine import Engine
@@ -77,14 +77,14 @@ def test_a_distilled_model_is_refused_until_bench_quality_records_its_gate_again
     refused = cli(["run", str(manifest)], tmp_path, env)
     assert refused.returncode == 2, refused.stderr
     assert f"{manifest}: model 'toy-fast' is distilled and has no recorded quality gate" in refused.stderr
-    assert "reelbatch bench --quality --model toy-fast" in refused.stderr and "REELBATCH_STEP" not in refused.stderr
+    assert "reelbatch bench quality --model toy-fast" in refused.stderr and "REELBATCH_STEP" not in refused.stderr
     assert not (tmp_path / "reelbatch.db").exists() and not (tmp_path / "outputs").exists(), "nothing written"
     for args in (["quality", "--model", "toy-fast", "--count", "16"], ["toy", "sheet", "--model", "toy-fast"]):
         proc = cli(args, tmp_path, env)
         assert proc.returncode == 2 and "--model toy-fast: model 'toy-fast' is distilled" in proc.stderr, proc.stderr
     assert not (tmp_path / "toy-sheet.png").exists()
 
-    proc = cli(["bench", "--quality", "--model", "toy-fast", "--count", "16", "--json"], tmp_path, env)
+    proc = cli(["bench", "quality", "--model", "toy-fast", "--count", "16", "--json"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     g = r["gate"]
@@ -109,17 +109,17 @@ def test_a_distilled_model_is_refused_until_bench_quality_records_its_gate_again
 
 
 def test_bench_quality_refuses_a_precision_it_cannot_measure_before_rendering(tmp_path, env):
-    fp8 = cli(["bench", "--quality", "--precision", "fp8"], tmp_path, env, timeout=300)
+    fp8 = cli(["bench", "quality", "--precision", "fp8"], tmp_path, env, timeout=300)
     assert fp8.returncode == 2 and "--precision fp8: model 'toy': precision fp8 cannot run here" in \
         " ".join(fp8.stderr.split())
-    native = cli(["bench", "--quality", "--precision", "fp32"], tmp_path, env, timeout=300)
+    native = cli(["bench", "quality", "--precision", "fp32"], tmp_path, env, timeout=300)
     assert native.returncode == 2 and "lossless, no gate to measure" in " ".join(native.stderr.split())
-    unknown = cli(["bench", "--quality", "--precision", "int4"], tmp_path, env, timeout=300)
+    unknown = cli(["bench", "quality", "--precision", "int4"], tmp_path, env, timeout=300)
     assert unknown.returncode == 2 and "--precision: precision must be one of auto" in " ".join(unknown.stderr.split())
-    text_fp8 = cli(["bench", "--quality", "--setting", "text_encoder_precision=fp8"], tmp_path, env, timeout=300)
+    text_fp8 = cli(["bench", "quality", "--setting", "text_encoder_precision=fp8"], tmp_path, env, timeout=300)
     assert text_fp8.returncode == 2 and "--setting text_encoder_precision=fp8: model 'toy': text_encoder_precision " \
         "fp8 cannot run here" in " ".join(text_fp8.stderr.split())
-    text_fp32 = cli(["bench", "--quality", "--setting", "text_encoder_precision=fp32"], tmp_path, env, timeout=300)
+    text_fp32 = cli(["bench", "quality", "--setting", "text_encoder_precision=fp32"], tmp_path, env, timeout=300)
     assert text_fp32.returncode == 2 and "lossless, no gate to measure" in " ".join(text_fp32.stderr.split())
     assert gates.load(tmp_path / "cache") == {}, "nothing measured, nothing recorded"
 
@@ -127,11 +127,14 @@ def test_bench_quality_refuses_a_precision_it_cannot_measure_before_rendering(tm
 def test_int8_weights_pass_the_toy_models_gate_and_release_the_mode(tmp_path, env):
     # The toy model's transformer with every Linear but the output projection in int8 weights (engine.precision.KEEP)
     # against exact mode, on the 32 videos that release a lever (engine.gates.MIN_SAMPLE): real renders, real judge.
-    proc = cli(["bench", "--quality", "--count", "32", "--precision", "int8-weight", "--json"], tmp_path, env)
+    # A recorded draw (--entropy), so the test renders the same 32 held-out videos every time.
+    proc = cli(["bench", "quality", "--count", "32", "--entropy", "20261203", "--precision", "int8-weight", "--json"],
+               tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
     (gate,) = r["settings"]
     assert (gate["setting"], gate["count"], gate["failures"]) == ("precision=int8-weight", 32, [])
+    assert r["sample"] == "toy held-out draw, entropy 20261203"
     assert r["passed"] == r["released"] == ["precision=int8-weight"]
     # The gate's floors (25 dB mean, 0.5 every video) with room: int8 weights with a scale per row keep about as many
     # significant bits as bf16, and the toy model's frames are smooth.

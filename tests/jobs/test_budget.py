@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from jobs.claims import claims, leases
 from jobs.claims.gate import Gate
 from jobs.cli import app
-from jobs.db import limits, queries
+from jobs.db import limits, queries, submission
 from jobs.db.rows import Run, Video
 from jobs.db.status import Status
 from jobs.reports.summary import report_dict
@@ -124,7 +124,7 @@ def test_budget_refuses_bad_input_and_unknown_runs(tmp_path, registry):
     url = f"sqlite:///{tmp_path / 'r.db'}"
     manifest = tmp_path / "m.yaml"
     manifest.write_text("name: m\nmax_cost_usd: 1\nvideos:\n  - {id: a, prompt: p}\n")
-    queries.submit_run(session_factory(url), load_manifest(manifest, registry=registry), output="file:///tmp/o/")
+    submission.submit_run(session_factory(url), load_manifest(manifest, registry=registry), output="file:///tmp/o/")
     env = {"REELBATCH_DATABASE_URL": url, "COLUMNS": "200"}
     for args, message in ((["m", "--", "-1"], "USD: must be more than 0 and at most 100000, got -1"),
                           (["m", "lots"], "USD: must be a number, got 'lots'"),

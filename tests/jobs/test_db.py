@@ -8,7 +8,7 @@ from sqlalchemy.orm import sessionmaker
 
 from jobs.claims import claims, leases
 from jobs.cost.prices import Rate
-from jobs.db import queries
+from jobs.db import queries, submission
 from jobs.db.connect import make_engine, reads, session_factory, upgrade
 from jobs.db.rows import CostRecord, Run, Video, WorkUnit
 from jobs.db.status import IllegalTransition, Status, transition
@@ -27,7 +27,7 @@ def write_manifest(tmp_path, name="night", priority=0, videos=None, extra=""):
 
 def test_submit_records_run_videos_and_units(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path), registry=registry)
-    s = queries.submit_run(factory, spec, output="file:///tmp/out/")
+    s = submission.submit_run(factory, spec, output="file:///tmp/out/")
     assert (s.created, s.videos, s.pending_units) == (True, 2, 2)
     with factory() as session:
         videos = {v.key: v for v in session.scalars(select(Video))}
@@ -42,7 +42,7 @@ def test_a_long_videos_units_are_recorded_in_bulk_with_every_default(factory, re
     """submit_run writes rows in bulk (COPY on PostgreSQL): each column the ORM would fill is filled."""
     spec = load_manifest(write_manifest(tmp_path, "long", 3, [("l", "a red circle", "    duration_s: 10\n"),
                                                               ("s", "a blue square", "")]), registry=registry)
-    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    submission.submit_run(factory, spec, output="file:///tmp/out/")
     with factory() as session:
         videos = {v.key: v for v in session.scalars(select(Video))}
         units = sorted((u.video_id, u.chunk, u.ready, u.model, u.priority, u.attempts, u.solo, u.lease_token,
@@ -61,16 +61,16 @@ def test_a_long_videos_units_are_recorded_in_bulk_with_every_default(factory, re
 
 def test_same_content_is_idempotent_new_run_gets_a_suffix_and_name_clash_is_refused(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path), registry=registry)
-    first = queries.submit_run(factory, spec, output="file:///tmp/out/")
-    again = queries.submit_run(factory, spec, output="file:///tmp/out/")
+    first = submission.submit_run(factory, spec, output="file:///tmp/out/")
+    again = submission.submit_run(factory, spec, output="file:///tmp/out/")
     assert (again.run_id, again.created) == (first.run_id, False)
-    fresh = queries.submit_run(factory, spec, output="file:///tmp/out/", new_run=True)
+    fresh = submission.submit_run(factory, spec, output="file:///tmp/out/", new_run=True)
     assert fresh.created and fresh.name == "night-2" and fresh.run_id != first.run_id
-    third = queries.submit_run(factory, spec, output="file:///tmp/out/", new_run=True)
+    third = submission.submit_run(factory, spec, output="file:///tmp/out/", new_run=True)
     assert third.name == "night-3"
     other = load_manifest(write_manifest(tmp_path, videos=[("z", "something else", "")]), registry=registry)
     with pytest.raises(RunNameTaken, match="'night' is already used"):
-        queries.submit_run(factory, other, output="file:///tmp/out/")
+        submission.submit_run(factory, other, output="file:///tmp/out/")
     with factory() as session:
         assert session.scalar(select(func.count()).select_from(Run)) == 3
         assert session.scalar(select(func.count()).select_from(Video)) == 6
@@ -81,8 +81,8 @@ def test_claim_takes_one_shape_highest_priority_first(factory, registry, tmp_pat
                         registry=registry)
     high = load_manifest(write_manifest(tmp_path, "high", 7, [(f"h{i}", "high", "    steps: 2\n")
                                                              for i in range(3)]), registry=registry)
-    queries.submit_run(factory, low, output="file:///tmp/out/")
-    queries.submit_run(factory, high, output="file:///tmp/out/")
+    submission.submit_run(factory, low, output="file:///tmp/out/")
+    submission.submit_run(factory, high, output="file:///tmp/out/")
     first = claims.claim_batch(factory, owner="w1", max_batch=2, lease_s=60)
     assert first.batch.shape.steps == 2 and [u.key for u in first.units] == ["h0", "h1"]
     second = claims.claim_batch(factory, owner="w1", max_batch=8, lease_s=60)
@@ -97,7 +97,7 @@ def test_claim_takes_one_shape_highest_priority_first(factory, registry, tmp_pat
 def test_concurrent_claims_are_disjoint(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path, "many", 0, [(f"v{i}", "p", "") for i in range(40)]),
                          registry=registry)
-    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    submission.submit_run(factory, spec, output="file:///tmp/out/")
     taken: list[list[int]] = [[], []]
 
     def claimer(slot):
@@ -115,7 +115,7 @@ def test_concurrent_claims_are_disjoint(factory, registry, tmp_path):
 
 def test_success_is_fenced_and_records_one_cost_row(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path), registry=registry)
-    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    submission.submit_run(factory, spec, output="file:///tmp/out/")
     claim = claims.claim_batch(factory, owner="w1", max_batch=1, lease_s=60)
     unit = claim.units[0]
     out = record.VideoOutput("file:///tmp/out/night/a.mp4", 1234, "ab" * 32, 3.0, 0.5, 0.5)
@@ -135,7 +135,7 @@ def test_success_is_fenced_and_records_one_cost_row(factory, registry, tmp_path)
 
 def test_a_batch_of_successes_is_one_transaction_that_skips_only_a_lost_lease(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path), registry=registry)  # two videos, a and b
-    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    submission.submit_run(factory, spec, output="file:///tmp/out/")
     a, b = claims.claim_batch(factory, owner="w1", max_batch=2, lease_s=60).units
     out = record.VideoOutput("file:///tmp/out/night/x.mp4", 1000, "cd" * 32, 1.0, 0.0, 0.0)
     stale_b = claims.ClaimedUnit(**{**b.__dict__, "token": b.token - 1})
@@ -152,7 +152,7 @@ def test_a_batch_of_successes_is_one_transaction_that_skips_only_a_lost_lease(fa
 
 def test_a_batch_of_checksums_is_one_transaction_that_skips_only_a_lost_lease(factory, registry, tmp_path):
     spec = load_manifest(write_manifest(tmp_path), registry=registry)  # two videos, a and b
-    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    submission.submit_run(factory, spec, output="file:///tmp/out/")
     a, b = claims.claim_batch(factory, owner="w1", max_batch=2, lease_s=60).units
     stale_a = claims.ClaimedUnit(**{**a.__dict__, "token": a.token - 1})
     assert record.mark_all_uploading(factory, [(b, "bb" * 32), (stale_a, "aa" * 32)]) == {b.unit_id}
@@ -183,7 +183,7 @@ def test_a_probe_runs_alone_on_postgres_and_its_connection_goes_back_transaction
     upgrade(postgres_url)
     engine = make_engine(postgres_url, pool_size=1)
     factory = sessionmaker(engine, expire_on_commit=False)
-    queries.submit_run(factory, load_manifest(write_manifest(tmp_path), registry=registry), output="file:///tmp/o/")
+    submission.submit_run(factory, load_manifest(write_manifest(tmp_path), registry=registry), output="file:///tmp/o/")
     with reads(factory)() as c:
         assert c.scalar(select(func.count()).select_from(Video)) == 2
         probe = c.connection.dbapi_connection
@@ -201,7 +201,7 @@ def test_a_probe_runs_alone_on_postgres_and_its_connection_goes_back_transaction
 
 def test_a_probe_on_sqlite_reads_what_a_session_committed(tmp_path, registry):
     factory = session_factory(f"sqlite:///{tmp_path / 'p.db'}")
-    queries.submit_run(factory, load_manifest(write_manifest(tmp_path), registry=registry), output="file:///tmp/o/")
+    submission.submit_run(factory, load_manifest(write_manifest(tmp_path), registry=registry), output="file:///tmp/o/")
     with reads(factory)() as c:
         assert c.scalar(select(func.count()).select_from(Video)) == 2
     assert queries.run_finished(factory, "night") is False

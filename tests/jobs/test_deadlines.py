@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from jobs.claims import claims, leases
 from jobs.claims.gate import Gate
 from jobs.cli import app
-from jobs.db import queries
-from jobs.db.rows import Run, Video, as_utc, utcnow
+from jobs.db import queries, submission
+from jobs.db.base import as_utc, utcnow
+from jobs.db.rows import Run, Video
 from jobs.db.status import Status
 from jobs.errors import UsageError
 from jobs.reports.summary import report_dict
@@ -33,12 +34,12 @@ def at(text: str) -> datetime:
 
 def test_a_deadline_ranks_a_run_as_if_queued_twelve_hours_before_it():
     # 2026-12-01T22:00Z is 1796162400 s after the epoch; 20:00Z 1796155200; 19:00Z 1796151600 (`date -u +%s`).
-    assert queries.unit_rank(0, at("2026-12-01T22:00:00"), at("2026-12-02T08:00:00")) == -1796155200
-    assert queries.unit_rank(0, at("2026-12-01T23:00:00"), at("2026-12-02T07:00:00")) == -1796151600
+    assert submission.unit_rank(0, at("2026-12-01T22:00:00"), at("2026-12-02T08:00:00")) == -1796155200
+    assert submission.unit_rank(0, at("2026-12-01T23:00:00"), at("2026-12-02T07:00:00")) == -1796151600
     # A deadline further than 12 hours away changes nothing: the run queues from its submission.
-    assert queries.unit_rank(0, at("2026-12-01T22:00:00"), at("2026-12-03T08:00:00")) == -1796162400
+    assert submission.unit_rank(0, at("2026-12-01T22:00:00"), at("2026-12-03T08:00:00")) == -1796162400
     # Priority 3 without a deadline, submitted at 22:00: 3 x 600 - 1796162400; the 08:00 run above outranks it.
-    assert queries.unit_rank(3, at("2026-12-01T22:00:00")) == -1796160600 < -1796155200
+    assert submission.unit_rank(3, at("2026-12-01T22:00:00")) == -1796160600 < -1796155200
 
 
 @pytest.fixture

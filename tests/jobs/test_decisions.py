@@ -16,7 +16,7 @@ from engine.gates import UngatedSetting
 from engine.models_file import load_registry
 from engine.tiny import ensure_tiny
 from faults import Decision
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video
 from jobs.db.status import Status
@@ -46,7 +46,7 @@ def submit(tmp_path, model_cache, registry, videos: str, output: str, model: str
                                  cache_dir=model_cache, max_batch=8, max_attempts=3, retry_backoff_s=0.01,
                                  **settings)
     factory = session_factory(config.database_url)
-    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=output)
+    submission.submit_run(factory, load_manifest(manifest, registry=registry), output=output)
     return config, factory, Engine(config.engine_config(), registry)
 
 
@@ -127,7 +127,7 @@ def test_a_key_too_long_for_the_store_fails_in_one_attempt_and_its_neighbours_ar
 
 
 def test_an_ungated_lossy_setting_spends_no_attempt_its_work_waits_unclaimed(tmp_path, model_cache, registry):
-    """guidance_fraction=0.5 with no recorded gate: a worker claims none of the model's work (jobs.render.batch.
+    """guidance_fraction=0.5 with no recorded gate: a worker claims none of the model's work (jobs.render.serving.
     gated_models), so no render is tried and no attempt is spent: the three videos wait, pending with 0 attempts,
     until a gate is recorded (`reelbatch status` says why). The error's own decision (fail now) is in the table
     above; it decides a render that meets it anyway."""

@@ -14,7 +14,8 @@ from jobs.cost.estimate import Estimator
 from jobs.cost.forecast import estimate
 from jobs.cost.projection import queued
 from jobs.db import queries
-from jobs.db.rows import Run, utcnow
+from jobs.db.base import utcnow
+from jobs.db.rows import Run
 
 from .clocked import RATE, make_world, videos
 

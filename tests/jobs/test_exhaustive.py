@@ -1,5 +1,5 @@
 """Outcomes that can take several forms are typed values handled exhaustively: a store attempt's outcome
-(jobs.render.store), why a render stopped (jobs.render.keeper.Stop, handled in jobs.render.batch) and what a webhook
+(jobs.render.store), why a render stopped (jobs.render.keeper.Stop, handled in jobs.render.failures) and what a webhook
 POST came to (jobs.notify.send). A case left unhandled must fail type checking, not production (the "lost" outcome
 once fell into the success branch), so mypy checks the modules that match on them."""
 
@@ -9,7 +9,8 @@ import sys
 
 from tests.conftest import REPO
 
-MODULES = ["jobs/render/store.py", "jobs/render/checks.py", "jobs/render/batch.py", "jobs/render/keeper.py", "jobs/notify/send.py"]
+MODULES = ["jobs/render/store.py", "jobs/render/checks.py", "jobs/render/batch.py", "jobs/render/failures.py",
+           "jobs/render/keeper.py", "jobs/notify/send.py"]
 
 
 def test_every_outcome_is_handled_where_it_is_matched():

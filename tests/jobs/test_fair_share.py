@@ -10,8 +10,9 @@ from sqlalchemy import update
 
 from jobs.claims import claims
 from jobs.claims.fair import FairShare
-from jobs.db import queries, teams
-from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
+from jobs.db import submission, teams
+from jobs.db.base import utcnow
+from jobs.db.rows import CostRecord, Video, WorkUnit
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
 
@@ -22,7 +23,7 @@ def submit(factory, registry, tmp_path, team: str, name: str, videos: int, prior
     spec = load_manifest(path, registry=registry, priority=priority)
     with factory() as s:
         team_id = teams.find_team(s, team).id
-    queries.submit_run(factory, spec, output="file:///tmp/out/", team_id=team_id)
+    submission.submit_run(factory, spec, output="file:///tmp/out/", team_id=team_id)
 
 
 def claim(factory, fair, owner="w1", max_batch=1):

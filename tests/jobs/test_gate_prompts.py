@@ -1,4 +1,4 @@
-"""Gates on the user's own prompts and model: `reelbatch bench --quality --model M --prompts FILE` on a Wan model at
+"""Gates on the user's own prompts and model: `reelbatch bench quality --model M --prompts FILE` on a Wan model at
 tiny widths registered through a models file, a distilled registration judged by reference-free measures and a CLIP
 score from a small CLIP folder built here (random weights: the plumbing; no hub), and what `run` then accepts."""
 
@@ -88,7 +88,7 @@ def test_a_gate_from_the_users_manifest_is_recorded_and_under_32_videos_releases
     _, env = mine
     prompts = tmp_path / "prompts.jsonl"
     write_prompts(prompts)
-    proc = cli(["bench", "--quality", "--model", "mine", "--prompts", str(prompts), "--setting", "step_cache=1e-6",
+    proc = cli(["bench", "quality", "--model", "mine", "--prompts", str(prompts), "--setting", "step_cache=1e-6",
                 "--batch", "2", "--json"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
@@ -115,7 +115,7 @@ def test_a_gate_from_the_users_manifest_is_recorded_and_under_32_videos_releases
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "prompt": "x", "steps": 0}\n', encoding="utf-8")
-    proc = cli(["bench", "--quality", "--model", "mine", "--prompts", str(bad)], tmp_path, env)
+    proc = cli(["bench", "quality", "--model", "mine", "--prompts", str(bad)], tmp_path, env)
     assert proc.returncode == 2 and f"{bad}:1: steps" in proc.stderr, proc.stderr
 
 
@@ -123,7 +123,7 @@ def test_a_distilled_registration_is_judged_by_motion_frames_and_clip_against_it
     _, env = mine
     prompts = tmp_path / "prompts.jsonl"
     write_prompts(prompts)
-    proc = cli(["bench", "--quality", "--model", "mine-fast", "--prompts", str(prompts), "--batch", "2", "--json"],
+    proc = cli(["bench", "quality", "--model", "mine-fast", "--prompts", str(prompts), "--batch", "2", "--json"],
                tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     g = json.loads(proc.stdout)["gate"]

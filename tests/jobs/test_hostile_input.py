@@ -10,7 +10,7 @@ import sys
 import pytest
 from sqlalchemy import func, select
 
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import Run
 from jobs.errors import UsageError
@@ -65,7 +65,7 @@ def test_class_1_the_output_checked_is_the_output_recorded_and_the_store_opened(
     spec = load(path, allowed_outputs=[f"file://{tmp_path}/renders/"], default_output="file://./elsewhere/")
     assert spec.output == f"file://{tmp_path}/renders/[x]/"
     factory = session_factory(f"sqlite:///{tmp_path / 'r.db'}")
-    queries.submit_run(factory, spec, output=spec.output)
+    submission.submit_run(factory, spec, output=spec.output)
     with factory() as s:
         assert s.scalar(select(Run.output)) == spec.output
     store = store_for(spec.output)
@@ -109,14 +109,14 @@ def test_class_2_a_new_run_suffix_that_would_overflow_is_refused_and_writes_noth
     # A 128-character name with `-2` would be 130: over the run name column, a crash in PostgreSQL before.
     path = write(tmp_path, "name: " + "n" * 128 + "\nvideos: [{id: a, prompt: p}]\n")
     spec = load(path)
-    queries.submit_run(factory, spec, output="file:///tmp/out/")
+    submission.submit_run(factory, spec, output="file:///tmp/out/")
     with pytest.raises(UsageError, match=r"'n{128}-2' is 130 characters, over the 128-character limit"):
-        queries.submit_run(factory, spec, output="file:///tmp/out/", new_run=True)
+        submission.submit_run(factory, spec, output="file:///tmp/out/", new_run=True)
     # In bytes: a 255-byte name (85 characters) fits a folder, `-2` would not.
     wide = load(write(tmp_path, "name: " + "東" * 85 + "\nvideos: [{id: a, prompt: p}]\n", "wide.yaml"))
-    queries.submit_run(factory, wide, output="file:///tmp/out/")
+    submission.submit_run(factory, wide, output="file:///tmp/out/")
     with pytest.raises(UsageError, match="is 257 bytes in UTF-8.*folder name.*pass a shorter --name"):
-        queries.submit_run(factory, wide, output="file:///tmp/out/", new_run=True)
+        submission.submit_run(factory, wide, output="file:///tmp/out/", new_run=True)
     with factory() as s:
         assert s.scalar(select(func.count()).select_from(Run)) == 2
 

@@ -14,8 +14,9 @@ from sqlalchemy import func, select, update
 from engine.engine import Engine
 from jobs.claims import claims, leases
 from jobs.cost.prices import Rate
-from jobs.db import queries
-from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
+from jobs.db import queries, submission
+from jobs.db.base import utcnow
+from jobs.db.rows import CostRecord, Video, WorkUnit
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
 from jobs.render import keeper, record
@@ -28,7 +29,7 @@ from .test_db import write_manifest
 def submit(factory, registry, tmp_path, n, *, name="r", priority=0, more=""):
     spec = load_manifest(write_manifest(tmp_path, name, priority, [(f"v{i}", f"video {i}", more) for i in range(n)]),
                          registry=registry)
-    return queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
+    return submission.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
 
 
 def statuses(factory):
@@ -126,8 +127,8 @@ def test_waiting_work_ages_past_newer_higher_priority_work(factory, registry, tm
         s.execute(update(WorkUnit).where(WorkUnit.priority == 0).values(rank=WorkUnit.rank + 660))
     first = claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60)
     assert first.units[0].run_name == "old"
-    assert queries.unit_rank(9, utcnow()) > queries.unit_rank(0, utcnow() - timedelta(minutes=89))
-    assert queries.unit_rank(9, utcnow()) < queries.unit_rank(0, utcnow() - timedelta(minutes=91))
+    assert submission.unit_rank(9, utcnow()) > submission.unit_rank(0, utcnow() - timedelta(minutes=89))
+    assert submission.unit_rank(9, utcnow()) < submission.unit_rank(0, utcnow() - timedelta(minutes=91))
 
 
 def test_cancel_and_resume_are_idempotent(factory, registry, tmp_path):
@@ -176,7 +177,7 @@ def test_a_video_that_always_raises_fails_after_exactly_n_attempts(factory, regi
     spec_file = tmp_path / "flaky.yaml"
     spec_file.write_text("name: flaky\ndefaults: {steps: 2}\nvideos:\n  - {id: good1, prompt: fine}\n"
                          "  - {id: bad, prompt: BOOM goes the kernel}\n  - {id: good2, prompt: also fine}\n")
-    queries.submit_run(factory, load_manifest(spec_file, registry=registry), output=f"file://{tmp_path}/out/")
+    submission.submit_run(factory, load_manifest(spec_file, registry=registry), output=f"file://{tmp_path}/out/")
     drain(worker_settings, FlakyEngine(worker_settings.engine_config(), registry), factory)
     with factory() as s:
         videos = {v.key: v for v in s.scalars(select(Video))}

@@ -13,9 +13,10 @@ from sqlalchemy import select
 from engine.engine import Engine
 from jobs.cost import ledger
 from jobs.cost.meter import Meter
-from jobs.db import queries
+from jobs.db import queries, submission
+from jobs.db.base import utcnow
 from jobs.db.connect import session_factory
-from jobs.db.rows import CostRecord, Video, WorkerSession, WorkUnit, utcnow
+from jobs.db.rows import CostRecord, Video, WorkerSession, WorkUnit
 from jobs.manifest import load_manifest
 from jobs.render.batch import Finisher, render_next_batch
 from jobs.render.stopping import Stopping
@@ -51,7 +52,7 @@ def world(tmp_path, db_url, model_cache, registry, monkeypatch):
         manifest = tmp_path / f"{name}.yaml"
         manifest.write_text(f"name: {name}\ndefaults: {{steps: {steps}}}\nvideos:\n"
                             + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(videos)))
-        return queries.submit_run(factory, load_manifest(manifest, registry=registry),
+        return submission.submit_run(factory, load_manifest(manifest, registry=registry),
                                   output=f"file://{tmp_path / 'out'}/").run_id
 
     return settings, factory, engine, clock, submit

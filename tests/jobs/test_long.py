@@ -13,7 +13,7 @@ from engine.engine import Engine
 from engine.models import TINY
 from engine.types import RenderRequest, Shape
 from jobs.claims import claims, leases
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Video, WorkUnit
 from jobs.db.status import Status
@@ -37,7 +37,7 @@ def farm(tmp_path, model_cache, registry):
                         "  - {id: long, prompt: a long one, duration_s: 9}\n"
                         + "".join(f"  - {{id: s{i}, prompt: short {i}}}\n" for i in range(3)))
     spec = load_manifest(manifest, registry=registry)
-    queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
+    submission.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
     engine = Engine(settings.engine_config(), registry)
     # What the engine decodes for each video (by database id), to compare before the MP4's lossy encode.
     decoded: dict[int, np.ndarray] = {}
@@ -159,7 +159,7 @@ def test_toy_videos_four_windows_long_keep_their_prompt_mostly_and_do_not_jump_a
         f"  - {{id: v{i}, prompt: {prompt}, seed: {seed}}}\n" for i, (prompt, seed) in enumerate(TOY_LONG)))
     spec = load_manifest(manifest, registry=registry)
     assert {(v.frames, v.chunks, v.window) for v in spec.videos} == {(33, 5, 9)}
-    queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
+    submission.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
     engine = Engine(settings.engine_config(), registry)
     sizes = []
     while (result := render_next_batch(settings, engine, factory)).claimed:

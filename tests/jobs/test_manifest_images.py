@@ -13,7 +13,7 @@ from PIL import Image
 
 from engine.models import TINY, Registry
 from jobs.db.connect import session_factory
-from jobs.db.queries import submit_run
+from jobs.db.submission import submit_run
 from jobs.errors import RunNameTaken, UsageError
 from jobs.manifest import ManifestError, load_manifest
 from jobs.settings import Settings

@@ -10,8 +10,9 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import func, select
 
 from jobs.claims import claims
-from jobs.db import queries
-from jobs.db.rows import Notification, utcnow
+from jobs.db import queries, submission
+from jobs.db.base import utcnow
+from jobs.db.service_rows import Notification
 from jobs.manifest import load_manifest
 from jobs.manifest.policy import ManifestPolicy
 from jobs.notify import finished, outbox, send
@@ -48,7 +49,7 @@ def _submit(factory, tmp_path, hook, videos=2, name="n"):
     manifest.write_text(f"name: {name}\nnotify: {hook.url}done\nvideos:\n"
                         + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(videos)))
     spec = load_manifest(manifest, registry=_registry(), policy=ManifestPolicy(allowed_webhooks=(hook.url,)))
-    return queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
+    return submission.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
 
 
 def _registry():
@@ -217,7 +218,7 @@ def test_a_receiver_that_is_down_is_an_error_attempt(factory, tmp_path):
     manifest = tmp_path / "n.yaml"
     manifest.write_text(f"name: n\nnotify: {url}\nvideos:\n  - {{id: v0, prompt: p}}\n")
     policy = ManifestPolicy(allowed_webhooks=(url,))
-    queries.submit_run(factory, load_manifest(manifest, registry=_registry(), policy=policy),
+    submission.submit_run(factory, load_manifest(manifest, registry=_registry(), policy=policy),
                        output=f"file://{tmp_path / 'out'}/")
     _cancel_and_notice(settings, factory)
     (attempt,) = notifications(factory, "n")[0].attempts
@@ -246,7 +247,7 @@ def test_a_finish_nobody_noticed_is_caught_up_by_a_sweep(factory, tmp_path):
         _submit(factory, tmp_path, hook)
         plain = tmp_path / "plain.yaml"
         plain.write_text("name: plain\nvideos:\n  - {id: v0, prompt: p}\n")
-        queries.submit_run(factory, load_manifest(plain, registry=_registry()), output=f"file://{tmp_path / 'out'}/")
+        submission.submit_run(factory, load_manifest(plain, registry=_registry()), output=f"file://{tmp_path / 'out'}/")
         queries.cancel_run(factory, "n")
         queries.cancel_run(factory, "plain")
         assert outbox.finished_unopened(factory) == ["n"]

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from engine.engine import Engine
 from jobs.claims import leases
-from jobs.db import queries
+from jobs.db import queries, submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import Video
 from jobs.db.status import Status
@@ -40,7 +40,7 @@ def submit(tmp_path, registry, *run_fields, videos=2):
     settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'p.db'}",
                                    max_batch=8)
     factory = session_factory(settings.database_url)
-    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=f"file://{tmp_path / 'out'}/")
+    submission.submit_run(factory, load_manifest(manifest, registry=registry), output=f"file://{tmp_path / 'out'}/")
     return settings, factory, tmp_path / "out" / "p"
 
 

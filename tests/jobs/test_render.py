@@ -11,12 +11,13 @@ from sqlalchemy import select
 
 from engine.engine import Engine
 from jobs.claims import claims, leases
-from jobs.db import queries
+from jobs.db import queries, submission
+from jobs.db.base import utcnow
 from jobs.db.connect import session_factory
-from jobs.db.rows import CostRecord, Video, WorkUnit, utcnow
+from jobs.db.rows import CostRecord, Video, WorkUnit
 from jobs.db.status import Status
 from jobs.manifest import keys, load_manifest
-from jobs.render import store
+from jobs.render import encoding
 from jobs.render.batch import Finisher, render_next_batch
 from jobs.settings import Settings
 from storage.encode import probe_mp4
@@ -31,7 +32,7 @@ def setup(tmp_path, model_cache, registry):
     manifest.write_text("name: r\ndefaults: {steps: 2}\nvideos:\n"
                         + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(3)))
     spec = load_manifest(manifest, registry=registry)
-    queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
+    submission.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
     return settings, factory, Engine(settings.engine_config(), registry), tmp_path / "out" / "r"
 
 
@@ -88,9 +89,9 @@ def test_a_finisher_stores_while_the_next_batch_renders(setup):
 def test_a_batch_stores_its_videos_on_several_threads_and_charges_their_overlap_once(setup, monkeypatch):
     settings, factory, engine, folder = setup
     # `auto` stores one after another on a CPU (the next batch renders on the same cores) and 4 at once on a GPU.
-    assert (settings.store_threads, store.store_threads(settings, engine)) == (0, 1)
+    assert (settings.store_threads, encoding.store_threads(settings, engine)) == (0, 1)
     settings = dataclasses.replace(settings, store_threads=4)
-    assert store.store_threads(settings, engine) == 4
+    assert encoding.store_threads(settings, engine) == 4
     # Each MP4's upload waits until all three are uploading: stored one after another, the first would wait alone
     # for 20 s, fail, and be retried.
     meeting = threading.Barrier(3, timeout=20)
@@ -152,7 +153,7 @@ def test_compile_ahead_warms_the_waiting_shape_so_the_first_batch_compiles_nothi
     compiled code without a new graph (torch._dynamo's own count)."""
     from torch._dynamo.utils import counters
 
-    from jobs.render.batch import warm_up
+    from jobs.render.serving import warm_up
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     settings, factory, _, _ = setup

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from engine.engine import Engine
 from engine.images import fit_image
 from engine.types import RenderBatch, RenderRequest, Shape
-from jobs.db import queries
+from jobs.db import submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import Video
 from jobs.db.status import Status
@@ -48,7 +48,7 @@ def farm(tmp_path, model_cache, registry):
         manifest = tmp_path / "r.yaml"
         manifest.write_text(text)
         spec = load_manifest(manifest, registry=registry, policy=ManifestPolicy(**options))
-        queries.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
+        submission.submit_run(factory, spec, output=f"file://{tmp_path / 'out'}/")
         return spec
 
     return settings, factory, engine, submit, tmp_path

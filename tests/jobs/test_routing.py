@@ -13,8 +13,9 @@ from engine.types import Shape
 from jobs.claims import claims, leases
 from jobs.claims.claims import Serving
 from jobs.cli import app as cli
-from jobs.db import queries
-from jobs.db.rows import Video, WorkerSession, WorkUnit, utcnow
+from jobs.db import queries, submission
+from jobs.db.base import utcnow
+from jobs.db.rows import Video, WorkerSession, WorkUnit
 from jobs.manifest import load_manifest
 from jobs.settings import Settings
 from jobs.work.app import create_app
@@ -28,7 +29,7 @@ def submit(factory, registry, tmp_path, name, model, count, rank, extra=""):
     path = tmp_path / f"{name}.yaml"
     path.write_text(f"name: {name}\nmodel: {model}\n{extra}videos:\n"
                     + "".join(f"  - id: {name}{i}\n    prompt: video {i}\n" for i in range(count)))
-    run = queries.submit_run(factory, load_manifest(path, registry=registry), output=f"file://{tmp_path}/out/")
+    run = submission.submit_run(factory, load_manifest(path, registry=registry), output=f"file://{tmp_path}/out/")
     with factory.begin() as s:
         s.execute(update(WorkUnit).where(WorkUnit.video_id.in_(select(Video.id).where(Video.run_id == run.run_id)))
                   .values(rank=rank))
@@ -159,11 +160,11 @@ def test_tickets_go_to_their_models_queue(redis_server):
 
 def test_a_worker_without_a_models_gate_leaves_its_work_and_status_says_why(factory, db_url, registry, tmp_path):
     """toy-fast is distilled: a worker whose cache holds no passing gate for it serves the rest and claims none of
-    its work (jobs.render.batch.serving), its session marks it ungated, and `status` names the missing gate. Once a
+    its work (jobs.render.serving.serving), its session marks it ungated, and `status` names the missing gate. Once a
     passing record of 32 videos exists for its files, the same worker's next claim takes it."""
     from engine import gates
     from engine.engine import Engine
-    from jobs.render.batch import gated_models, serving
+    from jobs.render.serving import gated_models, serving
 
     submit(factory, registry, tmp_path, "f", "toy-fast", 2, rank=0)
     settings = Settings.from_env({"REELBATCH_CACHE_DIR": str(tmp_path / "cache"),

@@ -12,9 +12,11 @@ import boto3
 import pytest
 from sqlalchemy import func, select
 
-from jobs.db import queries
+from jobs.db import submission
+from jobs.db.base import utcnow
 from jobs.db.connect import session_factory
-from jobs.db.rows import Firing, Run, Schedule, Video, utcnow
+from jobs.db.rows import Run, Video
+from jobs.db.service_rows import Firing, Schedule
 from jobs.errors import UsageError
 from jobs.manifest import load_manifest
 from jobs.settings import Settings
@@ -228,7 +230,7 @@ def test_a_run_made_before_the_crash_is_adopted_not_made_again(fire_due, factory
     path = manifest(tmp_path)
     add_schedule(factory, "nightly", str(path), "0 2 * * *")
     spec = load_manifest(path, registry=registry, name="nightly-20990101T020000Z")
-    made = queries.submit_run(factory, spec, output=f"file://{tmp_path}/out/")
+    made = submission.submit_run(factory, spec, output=f"file://{tmp_path}/out/")
     _left_in_progress(factory, "nightly", datetime(2099, 1, 1, 2, 0, tzinfo=UTC), age=RESUME_AFTER * 2)
     # Changed since: submitting again under the same name would be refused; the run that exists is the firing's.
     path.write_text(GOOD.replace("a red circle", "a green triangle"))

@@ -12,7 +12,7 @@ from sqlalchemy import func, select, update
 from engine.models import Registry
 from jobs.claims import claims, leases
 from jobs.cost.prices import Rate
-from jobs.db import queries
+from jobs.db import queries, submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import CostRecord, Run, Video, WorkUnit
 from jobs.db.status import TRANSITIONS, IllegalTransition, Status, transition
@@ -58,7 +58,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.run = f"p{next(_runs)}"
         path = self.folder / f"{self.run}.yaml"
         path.write_text(f"name: {self.run}\nvideos:\n" + "".join(f"  - {{id: v{i}, prompt: p}}\n" for i in range(3)))
-        queries.submit_run(self.factory, load_manifest(path, registry=Registry()), output="file:///x/")
+        submission.submit_run(self.factory, load_manifest(path, registry=Registry()), output="file:///x/")
         self.held: list[claims.ClaimedUnit] = []
         self.seen = self.statuses()
 

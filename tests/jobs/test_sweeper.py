@@ -9,8 +9,9 @@ from sqlalchemy import select, update
 
 from jobs.claims import claims
 from jobs.cost.meter import Meter
-from jobs.db import queries
-from jobs.db.rows import WorkerSession, WorkUnit, utcnow
+from jobs.db import submission
+from jobs.db.base import utcnow
+from jobs.db.rows import WorkerSession, WorkUnit
 from jobs.db.status import Status
 from jobs.manifest import load_manifest
 from jobs.settings import Settings
@@ -37,7 +38,7 @@ def test_only_the_oldest_live_session_sweeps_for_the_fleet_and_the_next_takes_ov
                                                                                     tmp_path):
     manifest = tmp_path / "r.yaml"
     manifest.write_text("name: r\nvideos:\n" + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(3)))
-    queries.submit_run(factory, load_manifest(manifest, registry=registry), output=f"file://{tmp_path}/out/")
+    submission.submit_run(factory, load_manifest(manifest, registry=registry), output=f"file://{tmp_path}/out/")
     # Lease 120 s, so a sweep every 15 s. The same unit is claimed and reaped three times here: five attempts allowed.
     settings = dataclasses.replace(Settings.from_env({}), database_url=db_url, max_attempts=5)
     tickets = []

@@ -1,0 +1,74 @@
+"""What a worker serves, before it claims: the models whose gates pass (gated_models, serving), the shapes it
+compiles ahead (warm_up), and how long a claimed batch may take (batch_time_limit)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+
+from engine.engine import Engine
+from engine.gates import UngatedSetting
+from engine.types import RenderBatch, RenderRequest, Shape
+from jobs.claims.claims import Serving, waiting_shapes
+from jobs.db.queries import Factory
+from jobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# The reference for time limits: one Wan 480p, 81-frame, 50-step video with classifier-free guidance.
+REFERENCE_WORK = 832 * 480 * 81 * 50 * 2
+
+
+def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
+    """The settings' limit for the reference video, scaled by this batch's work (pixels x frames x steps x CFG)."""
+    work = shape.width * shape.height * shape.frames * shape.steps * (2 if shape.guidance > 1 else 1) * videos
+    return max(settings.min_time_limit_s, settings.time_limit_s * work / REFERENCE_WORK)
+
+
+def gated_models(engine: Engine, models: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Of `models`, those `engine` may render (every lever it would use on each, and a distilled registration
+    itself, has a passing gate: engine.gates) and those it may not. A worker claims only the first; its session
+    records the second, so `reelbatch status` can say why their work waits. Asked at each claim, so a gate recorded
+    while the worker runs lets it take that model's work."""
+    ok, ungated = [], []
+    for model in models:
+        try:
+            engine.check_gate(model)
+        except UngatedSetting:
+            ungated.append(model)
+        else:
+            ok.append(model)
+    return tuple(ok), tuple(ungated)
+
+
+def serving(settings: Settings, engine: Engine) -> Serving:
+    """What this worker claims (jobs.claims.claims.Serving): the models it serves whose gates passed
+    (gated_models), their registrations' batch limits, and what its engine has warm."""
+    registry = engine.registry
+    models = gated_models(engine, settings.served_models(registry))[0]
+    limits = {m: registry.get(m).max_batch for m in models if registry.get(m).max_batch}
+    return Serving(models, limits, engine.loaded(), engine.last_shape, settings.affinity_s)
+
+
+def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 4) -> list[str]:
+    """Compile ahead: for each of the `shapes` shapes with the most work waiting, one denoising step of a batch the
+    size the worker will claim, so its first real batch runs compiled code (a compile costs 15-25 s per shape on a
+    CPU, more for a large model). Returns the shape keys warmed."""
+    warmed = []
+    served = serving(settings, engine)
+    for shape, waiting in waiting_shapes(factory, shapes, served.models):
+        size = min(settings.max_batch, served.max_batch.get(shape.model, settings.max_batch), waiting)
+        # A model that renders every video from an image warms up from a black one.
+        image = None
+        if shape.model in engine.registry and engine.registry.get(shape.model).image_condition == "pipeline":
+            image = np.zeros((shape.height, shape.width, 3), dtype=np.uint8)
+        requests = tuple(RenderRequest(-1 - i, "warm-up", None, i, image=image) for i in range(size))
+        try:
+            engine.render(RenderBatch(replace(shape, steps=1), requests))
+        except Exception as exc:  # noqa: BLE001 - a shape that cannot render fails its own videos, not the worker
+            log.warning("warm-up of %s failed: %s", shape.key(), exc)
+            continue
+        warmed.append(shape.key())
+    return warmed
