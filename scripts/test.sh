@@ -22,13 +22,19 @@ python3 -m venv .venv
 # Fail, never skip, when a server the tests need is missing.
 export REELBATCH_REQUIRE_SERVICES=1
 # Two parts. First everything but the `quiet` tests, then the `quiet` tests, which time renders on the real clock,
-# alone. REELBATCH_TEST_WORKERS=N runs the first part on N pytest-xdist workers, a test module to a worker, the
-# slowest first (tests/xdist_units.py). The default is one process: on 2 cores, 3 workers took 34 min against about
-# 33 serially for fewer tests, and the CPU-bound trainings then ran side by side past their time limits.
+# alone. The first part runs on REELBATCH_TEST_WORKERS pytest-xdist workers (default 2; 0 is one process), a test
+# module to a worker, the slowest first, the toy trainings all on one worker (tests/xdist_units.py), and the math
+# libraries on one thread (OMP_NUM_THREADS=1; a test that needs more sets its own). Measured on this project's
+# 2-core machine while other jobs loaded it (load 12): `toy train --quick` on one thread trained in 115 CPU-s
+# (386 s); on two threads it spent 357 s, 76 CPU-s of them, on its first 3 of 24 VAE steps (14 s on one thread),
+# its threads waiting on each other at every operation. Three workers with their default threads took 34 min of
+# tests (the quick toy past its 900 s limit); one process, 1714 s for CI's last full run, installs included.
 # Exit status 5 is pytest's "no tests collected" (arguments that select no quiet test, or only quiet ones).
-workers="${REELBATCH_TEST_WORKERS:-0}"
+workers="${REELBATCH_TEST_WORKERS:-2}"
+threads=()
+case "$workers" in 0|1) ;; *) threads=(env "OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}") ;; esac
 status=0
-.venv/bin/python -m pytest -p tests.xdist_units -n "$workers" --dist loadscope --no-loadscope-reorder -m "not quiet" "$@" || status=$?
+"${threads[@]}" .venv/bin/python -m pytest -p tests.xdist_units -n "$workers" --dist loadscope --no-loadscope-reorder -m "not quiet" "$@" || status=$?
 [ "$status" -eq 5 ] && status=0
 quiet=0
 .venv/bin/python -m pytest -m quiet "$@" || quiet=$?

@@ -34,12 +34,14 @@ def test_sigterm_with_a_short_grace_hands_the_batch_to_another_worker_at_once(tm
                                                                               redis_server, s3_env):
     """The preempted worker is a prefork one (its rendering child learns of the SIGTERM through the parent), and the
     SIGTERM goes to its whole process group, as `systemctl stop` signals every process of a unit."""
-    # 200 steps of 33 frames at 192x192: a batch of 3 renders for about 7 s on a quiet core of this machine (at
-    # tiny's 64x64, 9 frames and 100 steps, 0.6 s: it finished within the 1 s grace, and nothing was preempted).
+    # 100 steps of 33 frames at 192x192 (make_farm's default): a batch of 3 renders for about 3.5 s on a quiet core
+    # of this machine, several times the 1 s grace, against the test's polls every 0.1 s (at tiny's 64x64, 9 frames
+    # and 100 steps, 0.6 s: it finished within the 1 s grace, and nothing was preempted). 200 steps held the margin
+    # twice over and cost twice the CPU in each of the three long batches rendered.
     # The run's first 6 videos are small warm-ups (make_farm's default), the spot worker's claim 2 may be one of
     # them: it is caught on whichever claim of the long shape it renders warm.
     farm = make_farm(tmp_path, cli_env, database_url=postgres_url, broker_url=redis_server, bucket=s3_env,
-                     lease_s=LEASE_S, steps=200, resolution="192x192", duration_s=4)
+                     lease_s=LEASE_S)
     with Workers(farm.env, farm.cwd) as workers:
         spot = workers.start("prefork", ("--grace", "1"))
         other = workers.start("solo")

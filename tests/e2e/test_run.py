@@ -14,7 +14,7 @@ import yaml
 from engine.toy.judge import judge_clip
 from storage.encode import decode_frames, probe_mp4
 
-from .conftest import DEMO, Cli
+from .conftest import DEMO, Cli, base_env
 
 # What the judge reads from each demo video. The shipped toy model gets the shape right in 84% of its quality set
 # (its card), and the demo's blue square comes out round; every other attribute of every video is right.
@@ -47,8 +47,18 @@ def check_videos(report: dict, read_bytes) -> None:
                                                                    + report["cost"]["idle_usd"])
 
 
-def test_run_demo_to_a_local_folder(cli, tmp_path):
-    proc = cli("run", str(DEMO))
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, model_cache) -> tuple[Cli, subprocess.CompletedProcess]:
+    """`reelbatch run` of the demo, once for the module, in a folder of its own: the CLI there and the run's output.
+    The tests that read it leave the folder as they found it (an MP4 moved aside is put back)."""
+    folder = tmp_path_factory.mktemp("demo")
+    cli = Cli(folder, base_env(model_cache))
+    return cli, cli("run", str(DEMO))
+
+
+def test_run_demo_to_a_local_folder(demo):
+    cli, proc = demo
+    tmp_path = cli.cwd
     assert "succeeded" in proc.stdout
     report = cli.json("report", "demo")
     assert report["output"] == f"file://{tmp_path / 'outputs'}/"
@@ -103,15 +113,23 @@ def test_the_demo_renders_the_same_bytes_on_one_thread_or_three(cli, tmp_path):
         assert hashlib.sha256(data).hexdigest()[:12] == DEMO_SHA256["green-square-down"], f"{threads} thread(s)"
 
 
-def test_the_html_report_renders_offline_in_a_real_browser(cli, tmp_path, chromium):
+def test_the_html_report_renders_offline_in_a_real_browser(demo, tmp_path, chromium):
     """The demo's report as one HTML file, opened by headless Chromium with no network: the page's own check finds
-    every contact-sheet image decoded (each video's stored poster, 4 JPEGs; no MP4 is decoded: they are removed
-    first), no script error is recorded, and nothing is fetched."""
-    cli("run", str(DEMO))
-    for mp4 in (tmp_path / "outputs" / "demo").glob("*.mp4"):
-        mp4.unlink()
+    every contact-sheet image decoded (each video's stored poster, 4 JPEGs; no MP4 is decoded: they are moved away
+    first, and back after), no script error is recorded, and nothing is fetched."""
+    cli = demo[0]
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    mp4s = sorted((cli.cwd / "outputs" / "demo").glob("*.mp4"))
+    assert len(mp4s) == 4
     page = tmp_path / "report.html"
-    cli("report", "demo", "--html", str(page))
+    try:
+        for mp4 in mp4s:
+            mp4.rename(aside / mp4.name)
+        cli("report", "demo", "--html", str(page))
+    finally:
+        for mp4 in mp4s:
+            (aside / mp4.name).rename(mp4)
     text = page.read_text(encoding="utf-8")
     assert "http://" not in text and "https://" not in text, "the report must open offline"
     assert text.count("data:image/jpeg;base64,") == 4 and "image/png" not in text

@@ -29,12 +29,16 @@ from .conftest import Cli
 from .procs import wait_for
 
 VIDEOS, MAX_BATCH = 6, 3
-# 200 steps of 33 frames (4 s at 8 fps, tiny's window) at 192x192: a batch of 3 renders for about 7 s on a quiet
-# core of this machine, long enough to be signalled in the middle of it. At 64x64 and 9 frames (0.4 s) the batch in
-# hand was rendered and stored before the Ctrl-C reached `run`, which then had nothing left to stop.
-STEPS = 200
+# The run's first batch is 3 warm-ups of the same shape but WARMUP_STEPS steps: it loads the model and times a step
+# of this shape, so the batch caught is the second, rendered warm. The other 3 are 100 steps of 33 frames (4 s at
+# 8 fps, tiny's window) at 192x192: a batch of 3 renders for about 3.5 s on a quiet core of this machine (2-3 min on
+# a loaded one), long enough to be signalled twice in the middle of it. At 64x64 and 9 frames (0.4 s) the batch in
+# hand was rendered and stored before the Ctrl-C reached `run`, which then had nothing left to stop. With 200 steps
+# for all 6 videos (two long batches per test, and a long rerun) the module took over 7 minutes for its first test
+# on a loaded machine, and `run` then outlasted the 240 s the test gives the batch in hand.
+STEPS, WARMUP, WARMUP_STEPS = 100, 3, 8
 RESOLUTION, DURATION_S = "192x192", 4
-MESSAGE = re.compile(r"^Ctrl-C: finishing the batch in hand \((\d+) videos?, step (\d+) of 200\), about (\d+) s; "
+MESSAGE = re.compile(rf"^Ctrl-C: finishing the batch in hand \((\d+) videos?, step (\d+) of {STEPS}\), about (\d+) s; "
                      r"Ctrl-C again to stop at once; `reelbatch run (\S+)` resumes$", re.M)
 SECOND = ("Ctrl-C again: stopping the batch in hand at its next step and handing it back; "
           "`reelbatch run {manifest}` resumes")
@@ -86,8 +90,10 @@ class Run:
 def stop_env(cli_env, tmp_path):
     manifest = tmp_path / "six.yaml"
     defaults = f"  steps: {STEPS}\n  resolution: {RESOLUTION}\n  duration_s: {DURATION_S}\n"
+    # The warm-ups first: a batch is one shape, and claims go in the manifest's order.
     manifest.write_text(f"name: stop\ndefaults:\n{defaults}videos:\n" + "".join(
-        f"  - {{id: v{i}, prompt: stop test video {i}}}\n" for i in range(VIDEOS)))
+        f"  - {{id: v{i}, prompt: stop test video {i}" + (f", steps: {WARMUP_STEPS}" if i < WARMUP else "") + "}\n"
+        for i in range(VIDEOS)))
     # The first batch also builds and loads the model: on a busy CPU that can outlast the smallest batch time
     # limit (60 s), and the batch would be retried one video at a time.
     return {**cli_env, "REELBATCH_MAX_BATCH": str(MAX_BATCH), "REELBATCH_MIN_TIME_LIMIT_S": "900"}, manifest
@@ -98,12 +104,13 @@ def start_and_catch_a_batch(tmp_path, env, manifest) -> tuple[Run, dict, dict]:
     were just before the test's Ctrl-C."""
     run = Run(tmp_path, env, manifest)
     held = wait_for("a batch rendering on a warm worker", run.rendering, 240, interval=0.1, diagnose=run.err)
-    # Ten steps into it, so the worker has measured its step time (it needs two): the first batch's own text and
-    # denoising seconds (each video's share of its batch's) say how long that is on this machine, however busy.
+    # Ten steps into it, so the worker has measured its step time (it needs two): the warm-up batch's own text and
+    # denoising seconds (each video's share of its batch's; the same shape and batch size, WARMUP_STEPS steps) say
+    # how long that is on this machine, however busy.
     with run.db.connect() as conn:
         text_s, denoise_s = conn.execute(select(func.avg(Video.text_s), func.avg(Video.denoise_s))
                                          .where(Video.status == Status.SUCCEEDED)).one()
-    time.sleep(MAX_BATCH * (text_s + 10 * denoise_s / STEPS) + 0.5)
+    time.sleep(MAX_BATCH * (text_s + 10 * denoise_s / WARMUP_STEPS) + 0.5)
     return run, held, run.units()
 
 
