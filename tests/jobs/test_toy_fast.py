@@ -34,12 +34,11 @@ def test_toy_fast_is_four_transformer_calls_of_the_batch_and_no_unconditional_pa
 
 def test_toy_fast_against_its_teacher_short_and_long(tmp_path):
     """Judged as `toy` is, against its teacher, with its gate recorded; the engine renders toy-fast only after that
-    gate passed. As shipped it passes on the card's machine (docs/TOY_TRAINING.md, "Phase 3": colour 100%, shape
-    82.5%, 1.08x the teacher's flicker), but its shape is 2 verdicts over the 80.5% the gate needs and the teacher's
-    own shape moves 2 verdicts between processes, so another machine may judge it under. Asserted either way, what
-    held on every machine measured with a verdict or more to spare: direction and background keep the teacher's 95%
-    and more, long videos in chunks keep direction in 90% of windows. Failed, the engine refuses toy-fast naming the
-    gate; passed, it meets every target and loads."""
+    gate passed. Its card's figures are from a held-out draw of 1200 (gate passed, direction 0.1 points inside the
+    floor); this renders the 80-pair quality set, where one verdict is 1.25 points, so its gate here may fall either
+    side. Asserted either way, what held on every machine measured with a verdict or more to spare: direction and
+    background keep 95% and more, long videos in chunks keep direction in 90% of windows. Failed, the engine refuses
+    toy-fast naming the gate; passed, it meets every target and loads."""
     registry = Registry()
     engine = Engine(EngineConfig(cache_dir=tmp_path), registry, measuring=["toy-fast"])
     cases = [(c.prompt, c.seed) for c in sample_set()]
