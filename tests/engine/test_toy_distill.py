@@ -73,7 +73,9 @@ def test_a_quick_distill_writes_a_registration_that_loads_renders_and_passed_its
     assert "gate failed" in stdout
     gates = json.loads((root / "cache" / "quality-gates.json").read_text())
     (gate,) = gates.values()
-    assert gate["setting"] == "distilled" and gate["teacher"] == "toy" and not gate["passed"] and gate["count"] == 16
+    assert gate["setting"] == "distilled" and gate["teacher"] == "toy" and not gate["passed"] and gate["count"] == 32
+    assert gate["sample"].startswith("toy held-out draw, entropy ") and "clean_background" in gate["adherence"]
+    assert "pairs held out (toy held-out draw, entropy" in card
 
     models = root / "models.yaml"
     models.write_text(f"mine-fast:\n  path: {TOY_WEIGHTS}\n  max_sequence_length: 64\n  temporal_factor: 2\n"
