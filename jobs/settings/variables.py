@@ -149,7 +149,8 @@ VARIABLES: tuple[Variable, ...] = (
     V("REELBATCH_PRECISION", "precision", precision_mode, "auto", "`auto`",
       "the precision a model renders at where its registration names none (`precision:`, docs/MODELS.md): `auto` "
       "(native: fp32 on a CPU, bf16 on a GPU), `fp32`, `bf16`, `fp16`, `int8-weight`, `int8`, `fp8` (CUDA 8.9+); "
-      "below native, lossy: used only behind a passing quality gate for that model and mode"),
+      "below native, lossy: used only behind a passing quality gate for that model and mode; the text encoder's own "
+      "precision is per registration only (`text_encoder_precision:`, docs/MODELS.md)"),
     V("REELBATCH_SEAM_REVIEW", "seam_review", positive, 2.0, "2",
       "a long video whose seam score is above this is marked `needs_review` in reports"),
     # Faults and limits.

@@ -17,11 +17,13 @@ from storage.encode import decode_frames, probe_mp4
 from .conftest import DEMO, Cli, base_env
 
 # What the judge reads from each demo video. The shipped toy model gets the shape right in 84% of its quality set
-# (its card), and the demo's blue square comes out round; every other attribute of every video is right.
+# (its card), and the demo's blue square comes out round. The green square is striped with yellow: its median colour
+# is 18.0 in CIELAB from the palette's green, over the judge's 16 for another shade (engine/toy/judge.py; looked at
+# beside a swatch of that green, it reads yellow-green in bands). Every other attribute of every video is right.
 DEMO_JUDGED = {"red-circle-left": {"colour": True, "shape": True, "direction": True, "background": True},
                "blue-square-up": {"colour": True, "shape": False, "direction": True, "background": True},
                "yellow-circle-right": {"colour": True, "shape": True, "direction": True, "background": True},
-               "green-square-down": {"colour": True, "shape": True, "direction": True, "background": True}}
+               "green-square-down": {"colour": False, "shape": True, "direction": True, "background": True}}
 
 
 # The README's SHA-256 prefixes of the demo's videos on one machine (AVX-512): the same however many threads and
