@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,8 +23,9 @@ from engine import light_decoder
 from engine.engine import Engine
 from engine.toy.distill_config import DistillConfig
 from engine.toy.distill_decoder import decoder_loss
+from engine.toy.distill_report import native
 from engine.toy.world import COMBINATIONS
-from engine.types import RenderBatch, RenderRequest, Shape
+from engine.types import RenderBatch, RenderRequest
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,6 @@ class TuneConfig:
     log_every: int = 50
 
 
-def _native(engine: Engine, model: str) -> Shape:
-    d = engine.registry.get(model).defaults
-    info = engine.registry.get(model)
-    return Shape(model, d.width, d.height, info.valid_frames(round(d.duration_s * d.fps)), d.steps, d.guidance)
-
-
 def render_pairs(engine: Engine, model: str, config: TuneConfig, batch: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
     """The teacher's and the student's final latents (as the pipeline's loop ends, normalised) for `config.pairs`
     prompt/seed pairs, every prompt in turn: the same seed gives both the same initial noise."""
@@ -52,7 +47,7 @@ def render_pairs(engine: Engine, model: str, config: TuneConfig, batch: int = 40
     prompts = [f"a {c} {s} moving {d} on a {b} background" for c, s, d, b in COMBINATIONS]
     out = []
     for name in (teacher, model):
-        shape, latents = _native(engine, name), []
+        shape, latents = native(engine.registry, name), []
         for start in range(0, config.pairs, batch):
             requests = tuple(RenderRequest(i, prompts[i % len(prompts)], None, config.seed_base + i,
                                            latents_only=True)
@@ -101,4 +96,4 @@ def tune(engine: Engine, model: str, config: TuneConfig, distill: DistillConfig 
     decoder.eval().requires_grad_(False)
     return decoder, {"render_s": render_s, "train_s": time.monotonic() - started - render_s,
                      "loss": float(np.mean(losses[-config.log_every:])) if losses else float("nan"),
-                     "config": replace(config)}
+                     "config": config}
