@@ -54,7 +54,7 @@ def main(count: int, modes: list[str], groups: bool = False) -> None:
     registry: Registry = settings.registry()
     shape, _ = native_shape(registry, "toy")
     cases = sample_set(count)
-    base = EngineConfig(cache_dir=settings.cache_dir).exact()
+    base = EngineConfig(cache_dir=settings.engine.cache_dir).exact()
     started = time.perf_counter()
     exact = render_cases(Engine(base, registry), shape, cases, count)
     print(json.dumps({"mode": "exact", "seconds": round(time.perf_counter() - started, 2)}), flush=True)

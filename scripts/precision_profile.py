@@ -27,7 +27,7 @@ ROUNDS = 3
 def main(modes: list[str]) -> None:
     from diffusers import WanTransformer3DModel
 
-    folder = Path(Settings.from_env().cache_dir) / "models" / "bench-wan-widths-v1" / "transformer"
+    folder = Path(Settings.from_env().engine.cache_dir) / "models" / "bench-wan-widths-v1" / "transformer"
     torch.manual_seed(0)
     # 17 frames -> 5 latent frames; 128x128 -> 16x16 latents -> 8x8 patches: 320 tokens a video.
     latents = torch.randn(2, 16, 5, 16, 16)

@@ -31,7 +31,7 @@ def main(model: str, count: int) -> None:
     registry: Registry = settings.registry()
     info = registry.get(model)
     texts = [c.prompt for c in sample_set(count)]
-    config = dataclasses.replace(EngineConfig(cache_dir=settings.cache_dir), text_cache=False)
+    config = dataclasses.replace(EngineConfig(cache_dir=settings.engine.cache_dir), text_cache=False)
     native = None
     for mode in MODES:
         at = Registry({model: dataclasses.replace(info, text_encoder_precision=None if mode == "native" else mode)})

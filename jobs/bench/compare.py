@@ -127,16 +127,17 @@ def run_engine(side_model: SideModel, preset: Preset, cases: list[tuple[str, int
     engine = Engine(settings.engine_config(), registry, measuring=[info.name] if speed_only else ())
     upgrade(settings.database_url)
     factory = session_factory(settings.database_url)
-    spec = load_manifest(write_manifest(work / "bench.yaml", "bench", info, preset, cases, settings.output,
+    output = settings.manifest.default_output
+    spec = load_manifest(write_manifest(work / "bench.yaml", "bench", info, preset, cases, output,
                                         steps=side_model.steps, guidance=side_model.guidance), registry=registry)
-    submitted = submission.submit_run(factory, spec, output=settings.output)
+    submitted = submission.submit_run(factory, spec, output=output)
     # Warm-up, untimed as the baseline's: what a worker does at start (jobs.render.serving.warm_up), one step of a
     # batch of the size it will claim for each waiting shape, so compiled code and kernels are ready for the timed
     # batches.
     warm_up(settings, engine, factory)
     side = Side("engine", model=side_model.describe(),
                 config={"path": "jobs.render.batch.render_next_batch (the Celery task's function)",
-                        "max_batch": settings.max_batch, "overlap": settings.overlap,
+                        "max_batch": settings.worker.max_batch, "overlap": settings.worker.overlap,
                         **asdict(settings.engine_config())})
     side.config["cache_dir"] = str(side.config["cache_dir"])
     # Observe the frames the engine hands to the encoder (by database video id), to compare them before encoding.
@@ -149,7 +150,7 @@ def run_engine(side_model: SideModel, preset: Preset, cases: list[tuple[str, int
         return rendered
 
     engine.render = observed
-    finisher = Finisher() if settings.overlap else None
+    finisher = Finisher() if settings.worker.overlap else None
     started = time.perf_counter()
     while True:
         result = render_next_batch(settings, engine, factory, finisher)
@@ -174,7 +175,7 @@ def run_engine(side_model: SideModel, preset: Preset, cases: list[tuple[str, int
             # Every video's checks (jobs.render.checks): at most 2% of its render (docs/PERFORMANCE.md).
             "checks": sum(r.checks_s or 0.0 for r in rows),
         }
-        store = open_store(settings.output)
+        store = open_store(settings.manifest.default_output)
         videos = {int(r.key[1:]): (frames[r.id], store.get(f"bench/{r.key}.mp4")) for r in rows}
     side.stages["other"] = max(0.0, side.wall_s - sum(side.stages.values()))
     return side, videos
@@ -258,15 +259,13 @@ def run_bench(preset: Preset, settings: Settings, *, videos: int | None = None, 
 def _engine_settings(settings: Settings, work: Path, preset: Preset, videos: int) -> Settings:
     """The operator's engine switches, on a throwaway database, store and cache (so the text cache starts cold).
     Batches of the preset's size, but at least two of them, so that storing one overlaps rendering the next."""
-    from dataclasses import replace
-
-    return replace(
-        settings,
-        database_url=f"sqlite:///{work / 'bench.db'}",
-        output=f"file://{(work / 'engine').absolute()}/",
-        cache_dir=settings.cache_dir if not settings.text_cache else _cold_cache(settings.cache_dir, work),
-        max_batch=max(1, min(preset.batch, videos // 2)),
-    )
+    cache_dir = settings.engine.cache_dir
+    return settings.with_values({
+        "database_url": f"sqlite:///{work / 'bench.db'}",
+        "manifest.default_output": f"file://{(work / 'engine').absolute()}/",
+        "engine.cache_dir": _cold_cache(cache_dir, work) if settings.engine.text_cache else cache_dir,
+        "worker.max_batch": max(1, min(preset.batch, videos // 2)),
+    })
 
 
 def _cold_cache(cache_dir: Path, work: Path) -> Path:

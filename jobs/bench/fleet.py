@@ -25,7 +25,7 @@ import multiprocessing
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -126,7 +126,7 @@ def run_fleet(settings: Settings, *, levels: tuple[int, ...] = LEVELS, factor: f
         if on_level:
             on_level(workers)
         out.append(_level(settings, workers, factor, batch_s, batches, processes))
-    return FleetBench(batch_s, factor, settings.max_batch, processes, processes * POOL_PER_PROCESS, out)
+    return FleetBench(batch_s, factor, settings.worker.max_batch, processes, processes * POOL_PER_PROCESS, out)
 
 
 def _serves(i: int) -> tuple[str, ...]:
@@ -143,11 +143,12 @@ def videos_per_model(workers: int, total: int) -> dict[str, int]:
 
 def _level(settings: Settings, workers: int, factor: float, batch_s: float, batches: int,
            processes: int) -> FleetLevel:
-    per_model = videos_per_model(workers, workers * batches * settings.max_batch)
+    per_model = videos_per_model(workers, workers * batches * settings.worker.max_batch)
     queue = scratch_queue("fleet")
     with tempfile.TemporaryDirectory(prefix="reelbatch-fleet-") as tmp, \
             scratch_database(settings.database_url, "reelbatch_fleet") as url:
-        level = replace(settings, database_url=url, queue=queue, output=Path(tmp).as_uri() + "/", metrics_port=None)
+        level = settings.with_values({"database_url": url, "worker.queue": queue,
+                                      "manifest.default_output": Path(tmp).as_uri() + "/", "worker.metrics_port": None})
         factory = session_factory(url)
         app = create_app(level)
         for model, count in per_model.items():
@@ -155,8 +156,8 @@ def _level(settings: Settings, workers: int, factor: float, batch_s: float, batc
             manifest.write_text("".join(json.dumps({"id": f"v{i}", "prompt": f"{model} video {i}"}) + "\n"
                                         for i in range(count)))
             spec = load_manifest(manifest, registry=sim_registry(), name=f"fleet-{model}", model=model,
-                                 output=level.output)
-            submitted = submission.submit_run(factory, spec, output=level.output)
+                                 output=level.manifest.default_output)
+            submitted = submission.submit_run(factory, spec, output=level.manifest.default_output)
             send_tickets(app, submitted.pending_units, model)
         before, redis_before = pg_stats(url), redis_cpu(settings.broker_url)
         tracked = track_statements(url)
@@ -183,7 +184,7 @@ def _simulate(level: Settings, workers: int, factor: float, batch_s: float, proc
     for proc in procs:
         proc.start()
     # Ideal length: `videos` / (workers x max_batch) batches each; allow five times that, and a minute to start.
-    deadline = time.monotonic() + 60 + 5 * videos / (workers * level.max_batch) * batch_s * factor
+    deadline = time.monotonic() + 60 + 5 * videos / (workers * level.worker.max_batch) * batch_s * factor
     cpu: dict[int, float] = {}
     while time.monotonic() < deadline and _unfinished(factory):
         backend_cpu(factory, cpu)

@@ -23,7 +23,7 @@ import resource
 import threading
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kombu import Consumer, Queue
 from sqlalchemy import event
@@ -153,16 +153,16 @@ def _worker(plan: SimPlan, index: int, models: tuple[str, ...], factory, app, st
     f = plan.factor
     real = plan.settings
     # The lease, and so its renewals (a third of it) and the reaper's and lost-session spans, compressed.
-    settings = replace(real, lease_s=real.lease_s * f, worker_models=models)
+    settings = real.with_values({"limits.lease_s": real.limits.lease_s * f, "worker.models": models})
     engine = StandIn(sim_registry())
-    meter = Meter(settings.gpu_rate(), factory, f"sim:{index}", models=models)
+    meter = Meter(settings.prices.gpu, factory, f"sim:{index}", models=models)
     busy = threading.Event()
     sweeper = Sweeper(settings, factory, busy, lambda n, m: send_tickets(app, n, m), meter, models)
-    sweeper.interval = max(1.0, min(15.0, real.lease_s / 4)) * f  # the worker's real interval, compressed
+    sweeper.interval = max(1.0, min(15.0, real.limits.lease_s / 4)) * f  # the worker's real interval, compressed
     try:
         meter.open()
         sweeper.start()
-        queues = [Queue(real.queue)] + [Queue(model_queue(real.queue, m)) for m in models]
+        queues = [Queue(real.worker.queue)] + [Queue(model_queue(real.worker.queue, m)) for m in models]
         with app.connection_for_read() as conn:
             tickets: list = []
             with Consumer(conn, queues, callbacks=[lambda _body, message: tickets.append(message)],
@@ -200,8 +200,8 @@ def _cycle(plan: SimPlan, settings: Settings, engine: StandIn, factory, meter: M
            stats: Stats) -> int:
     """One ticket: claim a batch, hold it while the stand-in renders, record each video. Returns how many units."""
     t0 = time.perf_counter()
-    claim = claims.claim_batch(factory, owner=owner, max_batch=settings.max_batch, lease_s=settings.lease_s,
-                               serving=serving(settings, engine))
+    claim = claims.claim_batch(factory, owner=owner, max_batch=settings.worker.max_batch,
+                               lease_s=settings.limits.lease_s,                                serving=serving(settings, engine))
     spent = time.perf_counter() - t0
     with stats.lock:
         if claim is None:
@@ -212,7 +212,7 @@ def _cycle(plan: SimPlan, settings: Settings, engine: StandIn, factory, meter: M
         return 0
     seconds, f = plan.batch_s * plan.factor, plan.factor
     run_ids = {u.run_id for u in claim.units}
-    with LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + 10 * seconds + 60) as keeper:
+    with LeaseKeeper(factory, claim, settings.limits.lease_s, time.monotonic() + 10 * seconds + 60) as keeper:
         with meter.busy(u.video_id for u in claim.units) as span:
             engine.render(claim.batch.shape, seconds, CANCEL_CHECK_S * f, keeper.should_stop,
                           lambda: leases.cancelled_runs(factory, run_ids))
@@ -225,7 +225,7 @@ def _cycle(plan: SimPlan, settings: Settings, engine: StandIn, factory, meter: M
         stored = [(unit, VideoOutput(f"sim://{unit.run_name}/{unit.key}.mp4", VIDEO_BYTES, digests[unit.unit_id],
                                      share, 0.0, 0.0, charged=share))
                   for unit in claim.units if unit.unit_id in held]
-        recorded = sum(record.record_successes(factory, stored, meter.rate, settings.storage_price(),
+        recorded = sum(record.record_successes(factory, stored, meter.rate, settings.prices.storage,
                                                meter.session_id).values())
     run_finished(settings, factory, {u.run_name for u in claim.units})
     with stats.lock:

@@ -22,7 +22,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -97,7 +97,7 @@ class Ladder:
 def run_ladder(preset: Preset, settings: Settings, *, batches: tuple[int, ...] = BATCHES,
                workers: tuple[int, ...] = WORKERS,
                on_level: Callable[[int, int], None] | None = None) -> Ladder:
-    info = bench_model(preset, settings.cache_dir)
+    info = bench_model(preset, settings.engine.cache_dir)
     shape = Shape(info.name, preset.width, preset.height, preset.frames, preset.steps, preset.guidance)
     levels = []
     for w in workers:
@@ -115,17 +115,18 @@ def _level(preset: Preset, info: ModelInfo, shape: Shape, settings: Settings, wo
     with tempfile.TemporaryDirectory(prefix="reelbatch-ladder-") as tmp:
         work = Path(tmp)
         (work / "cache").mkdir()
-        (work / "cache" / "models").symlink_to(Path(settings.cache_dir).resolve() / "models")
-        level_settings = replace(settings, database_url=f"sqlite:///{work / 'ladder.db'}",
-                                 output=f"file://{(work / 'out').absolute()}/", cache_dir=work / "cache",
-                                 max_batch=batch)
+        (work / "cache" / "models").symlink_to(Path(settings.engine.cache_dir).resolve() / "models")
+        level_settings = settings.with_values({
+            "database_url": f"sqlite:///{work / 'ladder.db'}",
+            "manifest.default_output": f"file://{(work / 'out').absolute()}/",
+            "engine.cache_dir": work / "cache", "worker.max_batch": batch})
         upgrade(level_settings.database_url)
         factory = session_factory(level_settings.database_url)
         cases = [(p, 5000 + i) for i, p in enumerate(prompts(count, preset.model))]
         registry = Registry({info.name: info})
         spec = load_manifest(write_manifest(work / "ladder.yaml", "ladder", info, preset, cases,
-                                            level_settings.output), registry=registry)
-        run = submission.submit_run(factory, spec, output=level_settings.output)
+                                            level_settings.manifest.default_output), registry=registry)
+        run = submission.submit_run(factory, spec, output=level_settings.manifest.default_output)
         context = multiprocessing.get_context("spawn")
         ready = context.Barrier(workers)
         results = context.Queue()
@@ -162,11 +163,11 @@ def _worker(settings: Settings, info: ModelInfo, shape: Shape, ready, results, t
     peak_device, error = None, None
     try:
         engine = Engine(settings.engine_config(), Registry({info.name: info}))
-        warm = tuple(RenderRequest(-1 - i, f"warm-up {i}", None, 10**6 + i) for i in range(settings.max_batch))
+        warm = tuple(RenderRequest(-1 - i, f"warm-up {i}", None, 10**6 + i) for i in range(settings.worker.max_batch))
         engine.render(RenderBatch(shape, warm))
         ready.wait(600)
         factory = session_factory(settings.database_url)
-        finisher = Finisher() if settings.overlap else None
+        finisher = Finisher() if settings.worker.overlap else None
         while render_next_batch(settings, engine, factory, finisher).claimed:
             pass
         if finisher:

@@ -37,7 +37,7 @@ class Case:
 
 
 def run_long(preset: Preset, settings: Settings, multiple: int = 4) -> dict:
-    info = replace(bench_model(preset, settings.cache_dir), max_frames=preset.frames)
+    info = replace(bench_model(preset, settings.engine.cache_dir), max_frames=preset.frames)
     window = preset.frames
     long_frames = multiple * (window - 1) + 1
     cases = [Case("chunked_1x", window, True), Case(f"chunked_{multiple}x", long_frames, True),

@@ -55,7 +55,7 @@ def run_precision_bench(preset: Preset, settings: Settings, modes: list[str], vi
             precision.check_mode(mode)
         except ValueError as exc:
             raise UsageError(f"--precision: {exc}") from None
-    info = bench_model(preset, settings.cache_dir)
+    info = bench_model(preset, settings.engine.cache_dir)
     registry = Registry({info.name: info})
     shape = Shape(info.name, preset.width, preset.height, preset.frames, preset.steps, preset.guidance)
     count = videos or preset.videos

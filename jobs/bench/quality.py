@@ -133,7 +133,7 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
             teacher_motion=exact_measures.motion, frozen_videos=mine.frozen,
             teacher_frozen_videos=exact_measures.frozen,
         )
-        gates.record(settings.cache_dir, gate)
+        gates.record(settings.engine.cache_dir, gate)
         result.gates.append(gate)
     return result
 

@@ -137,7 +137,7 @@ def run_scale(settings: Settings, *, videos: int = VIDEOS, finished: int = FINIS
 def _env(settings: Settings, url: str, queue: str, tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")}
     env.update(REELBATCH_DATABASE_URL=url, REELBATCH_BROKER_URL=settings.broker_url, REELBATCH_QUEUE=queue,
-               REELBATCH_OUTPUT=(tmp / "out").as_uri() + "/", REELBATCH_CACHE_DIR=str(settings.cache_dir))
+               REELBATCH_OUTPUT=(tmp / "out").as_uri() + "/", REELBATCH_CACHE_DIR=str(settings.engine.cache_dir))
     # This checkout's code, as the command measuring it runs.
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
     return env
@@ -159,14 +159,14 @@ def _timed_cli(env: dict, cwd, *args: str) -> tuple[float, float]:
 def _status_work(factory, settings: Settings) -> float:
     t0 = time.perf_counter()
     queries.run_counts(factory)
-    queries.unserved_pending(factory, 3 * settings.lease_s)
+    queries.unserved_pending(factory, 3 * settings.limits.lease_s)
     return time.perf_counter() - t0
 
 
 def _report_work(factory, settings: Settings) -> float:
     t0 = time.perf_counter()
     run, videos = queries.load_report(factory, RUN)
-    json.dumps(report_dict(run, videos, settings.price(), ledger.run_ledger(factory, run.id)))
+    json.dumps(report_dict(run, videos, settings.prices.sale, ledger.run_ledger(factory, run.id)))
     return time.perf_counter() - t0
 
 
@@ -177,7 +177,7 @@ def _report_sql_work(factory, settings: Settings) -> float:
         charges = postgres.charges(s, run)
         costs = ledger.run_ledger(factory, run.id, charges)
         figures = postgres.figures(s, run, sum(micro for _, micro, _ in charges.by_kind))
-        json.dumps(report_of(run, figures, [], settings.price(), costs))
+        json.dumps(report_of(run, figures, [], settings.prices.sale, costs))
         for _ in postgres.entries(s, run):
             pass
     return time.perf_counter() - t0

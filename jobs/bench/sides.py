@@ -45,13 +45,13 @@ def side_models(preset: Preset, settings: Settings, model: str | None) -> tuple[
     """What each side renders: (baseline, engine). The preset's model at its steps and guidance on both sides;
     with `model` (a registered name) the engine renders it at its defaults and the baseline its teacher (or itself)
     at the teacher's; with the preset's `engine_model`, the engine renders that bench registration at its own."""
-    base = bench_model(preset, settings.cache_dir)
+    base = bench_model(preset, settings.engine.cache_dir)
     baseline = SideModel(base, preset.steps, preset.guidance)
     name = model or preset.engine_model
     if name is None:
         return baseline, baseline
     if model is None and name == FAST:
-        fast = bench_fast_info(settings.cache_dir, base.defaults)
+        fast = bench_fast_info(settings.engine.cache_dir, base.defaults)
         return baseline, SideModel(fast, fast.defaults.steps, fast.defaults.guidance)
     registry = settings.registry()
     if name not in registry:
@@ -61,8 +61,8 @@ def side_models(preset: Preset, settings: Settings, model: str | None) -> tuple[
     if teacher.adapters or teacher.sampler or teacher.decoder:
         raise UsageError(f"--model {name}: the baseline renders {teacher.name!r} with the plain diffusers script, "
                          f"which cannot apply its adapters, sampler or decoder")
-    return (SideModel(built(teacher, settings.cache_dir), teacher.defaults.steps, teacher.defaults.guidance),
-            SideModel(built(info, settings.cache_dir), info.defaults.steps, info.defaults.guidance))
+    return (SideModel(built(teacher, settings.engine.cache_dir), teacher.defaults.steps, teacher.defaults.guidance),
+            SideModel(built(info, settings.engine.cache_dir), info.defaults.steps, info.defaults.guidance))
 
 
 def check_gates(settings: Settings, info: ModelInfo) -> None:

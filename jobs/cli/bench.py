@@ -125,7 +125,7 @@ def _record_profile(settings: Settings, preset, result: BenchResult, name: str |
         device=result.device, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source=f"reelbatch bench --preset {result.preset} ({e.videos} videos, {e.model['steps']} steps)")
     try:
-        path = profiles.record(settings.cache_dir, profile)
+        path = profiles.record(settings.engine.cache_dir, profile)
     except (OSError, ReelbatchError) as exc:
         err.print(f"could not record the profile of {model}: {exc}", markup=False, highlight=False)
     else:

@@ -52,18 +52,18 @@ def estimate_manifest(settings: Settings, manifest: Path, name, model, output, s
     """What `estimate` prints, for it and for the HTTP API (jobs.service); writes nothing. `quiet`: no spinner."""
     with nullcontext() if quiet else err.status(f"validating {manifest}"):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                             sets=sets or (), policy=settings.manifest_policy())
+                             sets=sets or (), policy=settings.manifest)
     check_signable(settings, manifest, spec)
-    bench = profiles.load(settings.cache_dir)
+    bench = profiles.load(settings.engine.cache_dir)
     now = utcnow()
     factory = _ledger(settings.database_url)
-    kwargs = dict(rate=settings.gpu_rate(), storage=settings.storage_price(), now=now)
+    kwargs = dict(rate=settings.prices.gpu, storage=settings.prices.storage, now=now)
     if factory is None:
         data = forecast(spec, Estimator(None, bench), workers=gpus or 0,
                         workers_source="--gpus" if gpus else "no database yet, so no worker", queue=[], **kwargs)
     else:
         with factory() as s:
-            alive = alive_workers(s, now, LOST_AFTER_LEASES * settings.lease_s)
+            alive = alive_workers(s, now, LOST_AFTER_LEASES * settings.limits.lease_s)
             data = forecast(spec, Estimator(s, bench), workers=gpus or alive,
                             workers_source="--gpus" if gpus else "workers alive now", queue=queued(s), **kwargs)
     return data

@@ -44,7 +44,7 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
         factory = session_factory(settings.database_url)
         # On PostgreSQL the server counts and writes the report (jobs.reports.postgres); the HTML report draws from
         # every row, so it reads them all, as on SQLite.
-        in_sql = settings.report_sql and html_file is None and is_postgres(settings.database_url)
+        in_sql = settings.reports.sql and html_file is None and is_postgres(settings.database_url)
         if in_sql:
             run_row, videos = queries.find_run(factory, run), None
         else:
@@ -62,7 +62,7 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
         return
     costs = ledger.run_ledger(factory, run_row.id)
     # The text report lists the first TEXT_ROWS videos: only those (and any with an error) need an entry.
-    data = report_dict(run_row, videos, settings.price(), costs, listed=None if json_ or html_file else TEXT_ROWS)
+    data = report_dict(run_row, videos, settings.prices.sale, costs, listed=None if json_ or html_file else TEXT_ROWS)
     if html_file is not None:
         _write_html(html_file, data, run_row, videos, costs["usd_per_charged_s"])
     if json_:
@@ -75,7 +75,7 @@ def report_data(settings: Settings, factory, run: str) -> dict:
     """`report --json`'s data, for the HTTP API (jobs.service): the report from every row, as on SQLite (the same
     JSON that PostgreSQL's counting in SQL writes)."""
     run_row, videos = queries.load_report(factory, run)
-    return report_dict(run_row, videos, settings.price(), ledger.run_ledger(factory, run_row.id))
+    return report_dict(run_row, videos, settings.prices.sale, ledger.run_ledger(factory, run_row.id))
 
 
 def _report_in_sql(factory, run_row, settings: Settings, json_: bool) -> None:
@@ -84,7 +84,7 @@ def _report_in_sql(factory, run_row, settings: Settings, json_: bool) -> None:
     # transaction open past the server's idle-in-transaction timeout (jobs.db.connect), which would end it mid-report.
     with factory() as s:
         s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-        if json_ and settings.report_parallel:  # the entries on a second connection meanwhile (jobs.reports.postgres)
+        if json_ and settings.reports.parallel:  # the entries on a second connection meanwhile (jobs.reports.postgres)
             with postgres.entries_beside(factory, s, run_row) as later:
                 data = _figures_in_sql(factory, s, run_row, settings, json_)
                 # Done: end this transaction rather than leave it idle (and to the server's idle timeout) while the
@@ -106,7 +106,7 @@ def _figures_in_sql(factory, s, run_row, settings: Settings, json_: bool) -> dic
     figures = postgres.figures(s, run_row, sum(micro for _, micro, _ in charges.by_kind))
     costs = ledger.run_ledger(factory, run_row.id, charges)
     rows = [] if json_ else [entry(v, micro) for v, micro in postgres.listed_rows(s, run_row, TEXT_ROWS)]
-    return report_of(run_row, figures, rows, settings.price(), costs)
+    return report_of(run_row, figures, rows, settings.prices.sale, costs)
 
 
 def _write_html(path: Path, data: dict, run_row, videos, usd_per_worker_s: float | None) -> None:
@@ -144,8 +144,8 @@ def capacity(
         factory = session_factory(settings.database_url)
         run_row, videos = queries.load_report(factory, run)
         try:
-            result = plan(run_row, videos, gpus=gpus, run_gpus=run_gpus, gpu_hour_usd=settings.gpu_hour_usd,
-                          gpu_hour_source=settings.gpu_hour_source, price=settings.price(), headroom=headroom,
+            result = plan(run_row, videos, gpus=gpus, run_gpus=run_gpus, gpu_hour_usd=settings.prices.gpu.usd_per_hour,
+                          gpu_hour_source=settings.prices.gpu.source, price=settings.prices.sale, headroom=headroom,
                           session_utilisation=ledger.run_ledger(factory, run_row.id)["utilisation"])
         except ValueError as exc:
             raise UsageError(f"--run {run}: {exc}") from None

@@ -75,9 +75,9 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
         rows = queries.run_counts(factory, run)
         plans = run_plans(factory, settings, [r.run_id for r in rows])
         # Live: heartbeated within three leases, the span after which a sweeper closes a silent worker's session.
-        unserved = queries.unserved_pending(factory, 3 * settings.lease_s)
+        unserved = queries.unserved_pending(factory, 3 * settings.limits.lease_s)
         usage = teams.usage(factory) if run is None else []
-        ungated = queries.ungated_models(factory, 3 * settings.lease_s) & set(unserved)
+        ungated = queries.ungated_models(factory, 3 * settings.limits.lease_s) & set(unserved)
     except ReelbatchError as exc:
         fail(exc)
     if run is not None:  # this run's pending videos only

@@ -28,7 +28,7 @@ def settings_cmd(
         settings = Settings.from_env()
     except ReelbatchError as exc:
         fail(exc)
-    rows = [{"variable": v.name, "value": _shown(v, getattr(settings, v.field)),
+    rows = [{"variable": v.name, "value": _shown(v, settings.value(v.field)),
              "set": bool((os.environ.get(v.name) or "").strip())} for v in VARIABLES]
     if json_:
         out.print_json(json.dumps({"settings": rows}))

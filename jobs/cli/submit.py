@@ -74,7 +74,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
     except KeyboardInterrupt:  # before the worker started (or after it stopped): nothing of it is left to stop
         err.print("Ctrl-C: stopped; the same command resumes", markup=False, highlight=False)
         raise typer.Exit(130) from None
-    report = report_dict(run_row, videos, settings.price(), ledger.run_ledger(factory, run_row.id))
+    report = report_dict(run_row, videos, settings.prices.sale, ledger.run_ledger(factory, run_row.id))
     if json_:
         out.print_json(json.dumps(report))
     else:
@@ -90,7 +90,7 @@ def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, out
 def check_signable(settings: Settings, manifest: Path, spec) -> None:
     """A run with `notify` needs the secret its deliveries are signed with: refused without it (by `estimate` too,
     which checks as `submit` does)."""
-    if spec.notify is not None and settings.webhook_secret is None:
+    if spec.notify is not None and settings.webhooks.secret is None:
         raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
                          "deliveries could not be signed; set it here and on every worker")
 
@@ -105,11 +105,11 @@ def submit_manifest(settings: Settings, manifest: Path, name, model, output, set
     too."""
     with nullcontext() if quiet else err.status(literal(f"validating {manifest}")):
         spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                             notify=notify, sets=sets or (), policy=settings.manifest_policy())
+                             notify=notify, sets=sets or (), policy=settings.manifest)
     if source is not None:
         spec = dataclasses.replace(spec, source=source)
     check_signable(settings, manifest, spec)
-    precision = settings.registry().get(spec.model).precision or settings.precision
+    precision = settings.registry().get(spec.model).precision or settings.engine.precision
     text_precision = settings.registry().get(spec.model).text_encoder_precision  # engine.precision.text_encoder_mode
     if (settings.engine_config().lossy() or settings.registry().get(spec.model).teacher
             or (embedded and (precision != "auto" or text_precision is not None))):

@@ -54,8 +54,9 @@ def worker(
     from jobs.work.tickets import model_queue
 
     try:
-        settings = Settings.from_env().with_options(max_batch=max_batch, gpu_hour_usd=gpu_rate, queue=queue,
-                                                    worker_models=_names(models), max_models=max_models)
+        options = {"worker.max_batch": max_batch, "prices.gpu.usd_per_hour": gpu_rate, "worker.queue": queue,
+                   "worker.models": _names(models), "engine.max_models": max_models}
+        settings = Settings.from_env().with_values({k: v for k, v in options.items() if v is not None})
         session_factory(settings.database_url)  # refuse to start against a schema this code does not know
         served = settings.served_models()
         settings.engine_config()
@@ -73,7 +74,8 @@ def worker(
     app.set_current()
     app.set_default()  # threads of this process (the sweeper) send tickets through it
     # The plain queue, the control queue, and one queue per model served: a model's tickets wake only its servers.
-    queues = ",".join([settings.queue, control_queue(settings), *(model_queue(settings.queue, m) for m in served)])
+    queue = settings.worker.queue
+    queues = ",".join([queue, control_queue(settings), *(model_queue(queue, m) for m in served)])
     try:
         app.worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", loglevel,
                          "--without-gossip", "--without-mingle"])

@@ -68,7 +68,7 @@ def load_manifest(
     `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
     from the video, else `defaults`, else the model's defaults; a `sets` entry naming a run field of SET_RUN_FIELDS
     (`max_cost_usd`, `deadline`, `checks.on_fail`) sets that run field instead. `policy` (jobs.manifest.policy; every command passes
-    Settings.manifest_policy()): the URI prefixes `output` must be under, the URL prefixes `notify` must be under
+    Settings.manifest): the URI prefixes `output` must be under, the URL prefixes `notify` must be under
     (none: `notify` is refused), the prefixes an image outside the manifest's folder must be under, and the default
     output. `now` (aware; default the clock): what a deadline must be after, and what a deadline duration counts
     from. `folder`: where relative image paths are (default the manifest file's folder; a schedule's S3 manifest

@@ -1,6 +1,6 @@
 """What a deployment lets a manifest name, as one value: the output prefixes a run may write under, the webhook URL
 prefixes `notify` may name, the prefixes an image outside the manifest's folder may be read from, and the output a
-run without one gets. Built from the settings in one place (Settings.manifest_policy) and handed to load_manifest by
+run without one gets. Read from the settings in one place (Settings.manifest) and handed to load_manifest by
 every way in (`submit`, `run`, `estimate`, a schedule's firing), so that what one accepts the others accept: the
 four values were once unpacked at each call, and `estimate` had lost two of them."""
 

@@ -79,11 +79,11 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> Outcome:
 
 def attempt_once(settings: Settings, due: Due) -> Outcome:
     """Sign and POST one claimed notification (nothing is sent without a key to sign with)."""
-    if settings.webhook_secret is None:
+    if settings.webhooks.secret is None:
         return Failed(f"REELBATCH_WEBHOOK_SECRET is not set in {worker_id()}: not sent")
     data = due.body.encode("utf-8")
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, DELIVERY_HEADER: due.key,
-               ATTEMPT_HEADER: str(due.number), SIGNATURE_HEADER: signature(settings.webhook_secret, int(time.time()),
+               ATTEMPT_HEADER: str(due.number), SIGNATURE_HEADER: signature(settings.webhooks.secret, int(time.time()),
                                                                             data)}
     return post(due.url, data, headers)
 
@@ -107,7 +107,7 @@ def deliver_due(settings: Settings, factory: Factory, *, now: datetime | None = 
                 attempt = Attempt(due.number, owner, started, duration, None, error, False)
             case _:
                 assert_never(outcome)
-        state = outbox.record_attempt(factory, due, attempt, first_backoff_s=settings.webhook_backoff_s,
+        state = outbox.record_attempt(factory, due, attempt, first_backoff_s=settings.webhooks.backoff_s,
                                       now=now or utcnow())
         # The URL is left out: some receivers (chat webhooks) carry their secret in it.
         log.log(logging.INFO if attempt.accepted else logging.WARNING, "webhook delivery %s attempt %d: %s (%s)",

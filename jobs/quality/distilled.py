@@ -88,7 +88,7 @@ def judge_registration(settings: Settings, model: str, *, count: int, batch: int
                                 teacher_adherence=judged_adherence(teacher_sample, teacher_videos), videos=videos,
                                 teacher_videos=teacher_videos, batch=batch, speedup=teacher_s / student_s,
                                 clip=clip, teacher_clip=teacher_clip, sample=sample.label)
-    gates.record(settings.cache_dir, gate)
+    gates.record(settings.engine.cache_dir, gate)
     return DistilledJudgement(gate, student_s, teacher_s)
 
 

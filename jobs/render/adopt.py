@@ -51,7 +51,7 @@ def adopt_earlier_uploads(settings: Settings, factory: Factory, claim: Claim,
         if found is not None:
             out = VideoOutput(found.uri, found.bytes, found.sha256, 0.0, 0.0, 0.0,
                               poster_uri=adopted_poster(unit, claim.batch.shape.model))
-            recorded = record.record_success(factory, unit, out, meter.rate, settings.storage_price(),
+            recorded = record.record_success(factory, unit, out, meter.rate, settings.prices.storage,
                                              meter.session_id)
             adopted += recorded
             if recorded and unit.chunked:

@@ -45,14 +45,14 @@ def error_text(exc: BaseException) -> str:
 
 def backoff(settings: Settings, attempts: int) -> float:
     """The wait before a retry: the first retry's, doubled per attempt after it, capped at 10 minutes."""
-    return min(settings.retry_backoff_s * 2 ** max(attempts - 1, 0), 600.0)
+    return min(settings.limits.retry_backoff_s * 2 ** max(attempts - 1, 0), 600.0)
 
 
 def retry(settings: Settings, factory: Factory, unit: ClaimedUnit, error: str, meter: Meter, *, solo: bool = False,
           spent: float = 0.0) -> Attempt:
     """A failed attempt that may pass: retried, or failed past the last attempt; the `spent` seconds it took are
     charged to its video (kind "retry")."""
-    outcome = record.record_retry(factory, unit, error, max_attempts=settings.max_attempts,
+    outcome = record.record_retry(factory, unit, error, max_attempts=settings.limits.max_attempts,
                                   backoff_s=backoff(settings, unit.attempts), solo=solo, spent_s=spent,
                                   rate=meter.rate, session_id=meter.session_id)
     if outcome is None:

@@ -56,13 +56,13 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
     stores) when n long videos' next chunks, of `model`, have become claimable, so a worker can be told at once.
     `meter` is the worker's clock of paid time (jobs.cost.meter); without one, charges carry no session.
     """
-    meter = meter or Meter(settings.gpu_rate(), clock=time.perf_counter)
+    meter = meter or Meter(settings.prices.gpu, clock=time.perf_counter)
     if stopping is not None and not stopping.taking_work():
         return BatchResult()
-    gate = Gate(meter.rate, settings.storage_price(), settings.cache_dir)
-    claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.max_batch, lease_s=settings.lease_s,
-                               serving=serving(settings, engine), gate=gate,
-                               fair=fair.shared() if settings.fair_share else None)
+    gate = Gate(meter.rate, settings.prices.storage, settings.engine.cache_dir)
+    claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.worker.max_batch,
+                               lease_s=settings.limits.lease_s,                                serving=serving(settings, engine), gate=gate,
+                               fair=fair.shared() if settings.worker.fair_share else None)
     if gate.stopped:  # a run stopped at its budget may have nothing left running to notice that it finished
         _notice_finished(settings, factory, set(gate.stopped))
     if claim is None:
@@ -83,7 +83,7 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
                   on_ready, meter: Meter, stopping: Stopping | None) -> BatchResult:
     limit = batch_time_limit(settings, claim.batch.shape, len(claim.units))
     with ExitStack() as held:
-        keeper = held.enter_context(LeaseKeeper(factory, claim, settings.lease_s, time.monotonic() + limit,
+        keeper = held.enter_context(LeaseKeeper(factory, claim, settings.limits.lease_s, time.monotonic() + limit,
                                                 stopping))
         adopted, todo, unchecked = adopt_earlier_uploads(settings, factory, claim, meter)
         pairs, unreadable = attach_images(claim.batch.shape, [(r, u) for r, u in zip(claim.batch.requests,

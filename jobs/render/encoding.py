@@ -57,8 +57,8 @@ def store_threads(settings: Settings, engine: Engine) -> int:
     """REELBATCH_STORE_THREADS, with `auto` (0) as 4 on an accelerator, whose host cores are idle while it renders,
     and 1 on a CPU, where the next batch renders on the same cores: there, 4 threads' encodes and database writes
     slowed the render they overlapped as much as they shortened the last batch's storing (docs/PERFORMANCE.md)."""
-    if settings.store_threads:
-        return settings.store_threads
+    if settings.worker.store_threads:
+        return settings.worker.store_threads
     return 1 if engine.config.torch_device().type == "cpu" else 4
 
 

@@ -24,7 +24,7 @@ REFERENCE_WORK = 832 * 480 * 81 * 50 * 2
 def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
     """The settings' limit for the reference video, scaled by this batch's work (pixels x frames x steps x CFG)."""
     work = shape.width * shape.height * shape.frames * shape.steps * (2 if shape.guidance > 1 else 1) * videos
-    return max(settings.min_time_limit_s, settings.time_limit_s * work / REFERENCE_WORK)
+    return max(settings.limits.min_time_limit_s, settings.limits.time_limit_s * work / REFERENCE_WORK)
 
 
 def gated_models(engine: Engine, models: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -49,7 +49,7 @@ def serving(settings: Settings, engine: Engine) -> Serving:
     registry = engine.registry
     models = gated_models(engine, settings.served_models(registry))[0]
     limits = {m: registry.get(m).max_batch for m in models if registry.get(m).max_batch}
-    return Serving(models, limits, engine.loaded(), engine.last_shape, settings.affinity_s)
+    return Serving(models, limits, engine.loaded(), engine.last_shape, settings.worker.affinity_s)
 
 
 def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 4) -> list[str]:
@@ -59,7 +59,7 @@ def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 
     warmed = []
     served = serving(settings, engine)
     for shape, waiting in waiting_shapes(factory, shapes, served.models):
-        size = min(settings.max_batch, served.max_batch.get(shape.model, settings.max_batch), waiting)
+        size = min(settings.worker.max_batch, served.max_batch.get(shape.model, settings.worker.max_batch), waiting)
         # A model that renders every video from an image warms up from a black one.
         image = None
         if shape.model in engine.registry and engine.registry.get(shape.model).image_condition == "pipeline":

@@ -99,7 +99,7 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
                 # cost records included: its seconds stay on its session (jobs.cost.ledger).
                 continue
             case ChecksFailed() as refused:  # its run says retry (with the next seed) or fail
-                again = record_refused(factory, unit, refused, spent, meter, settings.max_attempts)
+                again = record_refused(factory, unit, refused, spent, meter, settings.limits.max_attempts)
                 failures.append(Attempt.LEASE_LOST if again is None else Attempt.RETRIED if again else Attempt.FAILED)
             case Checkpointed(key):
                 readied += record.record_chunk(factory, unit, key, render_share, video.stages, spent, meter.rate,
@@ -110,7 +110,7 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
                                              precision=rendered_at)))
             case _:
                 assert_never(outcome)
-    recorded = record.record_successes(factory, stored, meter.rate, settings.storage_price(), meter.session_id)
+    recorded = record.record_successes(factory, stored, meter.rate, settings.prices.storage, meter.session_id)
     for unit, out in stored:
         if recorded[unit.unit_id]:
             ok += 1
@@ -140,7 +140,7 @@ def _attempt_all(factory: Factory, engine: Engine, claim: Claim, todo: list[Clai
         marked, mark_s = timed(clock, _mark, factory, ready)
         share = mark_s / len(ready) if ready else 0.0
         going = [(unit, step) for unit, step in ready if marked[unit.unit_id] is None]
-        uploads = steps.map(partial(timed, clock, partial(_upload, claim, share, settings.seam_review)),
+        uploads = steps.map(partial(timed, clock, partial(_upload, claim, share, settings.worker.seam_review)),
                             [unit for unit, _ in going], [step for _, step in going])
     uploaded = {unit.unit_id: upload for (unit, _), upload in zip(going, uploads)}
     outcomes: list[tuple[StoreOutcome, float]] = []

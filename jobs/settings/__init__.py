@@ -1,5 +1,7 @@
 """Service settings: one table of environment variables (name, field, type, default, help), read once per process
-into a frozen `Settings` and passed in explicitly. A bad value stops the command with one line naming the variable and
+into a frozen `Settings` and passed in explicitly. Its fields are groups, one per part of the service they configure
+(jobs.settings.groups), and each part is handed its own group: the engine its EngineConfig, a manifest's reader its
+ManifestPolicy, a cost record its Rate. A bad value stops the command with one line naming the variable and
 the value (exit 2); nothing is silently truncated. docs/SETTINGS.md's table is made from this one (`reelbatch settings
 --markdown`), and a test fails when they differ.
 """
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from engine.config import EngineConfig
@@ -18,93 +20,60 @@ from engine.models_file import load_registry
 from jobs.cost.prices import Price, Rate, StoragePrice
 from jobs.errors import UsageError
 from jobs.manifest.policy import ManifestPolicy
+from jobs.settings.groups import Limits, Prices, Reports, Webhooks, Worker
 from jobs.settings.variables import VARIABLES
 
-__all__ = ["VARIABLES", "Settings", "markdown_table"]
+__all__ = ["VARIABLES", "Limits", "Prices", "Reports", "Settings", "Webhooks", "Worker", "markdown_table"]
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting of the service, one field per variable of VARIABLES."""
+    """Every setting of the service: where its state lives, then one group per part it configures. A variable of
+    VARIABLES sets one field, named by its path here ("worker.max_batch", "prices.gpu.usd_per_hour")."""
 
     database_url: str
     broker_url: str
-    output: str
-    allowed_outputs: tuple[str, ...] | None
-    allowed_webhooks: tuple[str, ...] | None
-    webhook_secret: str | None = field(repr=False)
-    webhook_backoff_s: float
-    allowed_inputs: tuple[str, ...] | None
     models_file: Path | None
-    cache_dir: Path
-    queue: str
-    worker_models: tuple[str, ...] | None
-    max_models: int
-    affinity_s: float
-    max_batch: int
-    device: str
-    batched_guidance: bool
-    fast_vae_norm: bool
-    overlap: bool
-    fair_share: bool
-    store_threads: int  # 0: auto (jobs.render.encoding.store_threads)
-    compile: bool
-    attention: str
-    text_cache: bool
-    offload_text_encoder: bool
-    step_cache: float
-    guidance_fraction: float
-    step_scale: float
-    precision: str
-    seam_review: float
-    lease_s: float
-    max_attempts: int
-    retry_backoff_s: float
-    time_limit_s: float
-    min_time_limit_s: float
-    max_render_s: float
-    visibility_timeout_s: float
-    metrics_port: int | None
-    gpu_hour_usd: float
-    gpu_hour_source: str
-    storage_gb_month_usd: float
-    retention_months: float
-    egress_gb_usd: float
-    storage_source: str
-    price_per_video_s: float
-    price_source: str
-    report_sql: bool
-    report_parallel: bool
+    manifest: ManifestPolicy  # what a manifest may name, and the output a run without one gets
+    webhooks: Webhooks
+    engine: EngineConfig
+    worker: Worker
+    limits: Limits
+    prices: Prices
+    reports: Reports
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        return cls(**{v.field: v.value(env) for v in VARIABLES})
+        tree: dict = {}
+        for v in VARIABLES:
+            *groups, name = v.field.split(".")
+            node = tree
+            for group in groups:
+                node = node.setdefault(group, {})
+            node[name] = v.value(env)
+        return _build("", tree)
 
-    def with_options(self, **options: object) -> Settings:
-        """These settings with a command's options (given ones only: None means "not given") over them."""
-        return replace(self, **{k: v for k, v in options.items() if v is not None})
+    def value(self, path: str) -> object:
+        """The field a variable sets, by its path ("engine.device")."""
+        node: object = self
+        for name in path.split("."):
+            node = getattr(node, name)
+        return node
+
+    def with_values(self, values: Mapping[str, object]) -> Settings:
+        """These settings with values over them, by the paths the variables name ({"worker.max_batch": 2})."""
+        settings = self
+        for path, value in values.items():
+            settings = _replace_at(settings, path.split("."), value)
+        return settings
 
     def engine_config(self) -> EngineConfig:
-        """The engine's config from the fields both share by name (the engine's switches read from the
-        environment); the engine's other fields keep their defaults."""
-        shared = {f.name for f in fields(EngineConfig)} & {f.name for f in fields(Settings)}
-        if self.attention != "native":
-            _check_attention(self.attention)
-        return EngineConfig(**{name: getattr(self, name) for name in shared})
-
-    def gpu_rate(self) -> Rate:
-        return Rate(self.gpu_hour_usd, self.gpu_hour_source)
-
-    def manifest_policy(self) -> ManifestPolicy:
-        """What a manifest may name here: the one value every way in hands to load_manifest (jobs.manifest.policy)."""
-        return ManifestPolicy(self.allowed_outputs, self.allowed_webhooks, self.allowed_inputs, self.output)
-
-    def storage_price(self) -> StoragePrice:
-        return StoragePrice(self.storage_gb_month_usd, self.retention_months, self.egress_gb_usd, self.storage_source)
-
-    def price(self) -> Price:
-        return Price(self.price_per_video_s, self.price_source)
+        """The engine's group, its attention backend checked (diffusers, and so torch, is imported only where an
+        engine is configured)."""
+        if self.engine.attention != "native":
+            _check_attention(self.engine.attention)
+        return self.engine
 
     def registry(self) -> Registry:
         """The built-in models plus the operator's models file; a bad file is a usage error naming it."""
@@ -119,13 +88,32 @@ class Settings:
         """The models a worker with these settings serves: every registered model, or those of `worker_models`
         (each must be registered)."""
         registry = registry or self.registry()
-        if self.worker_models is None:
+        if self.worker.models is None:
             return tuple(registry.names())
-        unknown = [m for m in self.worker_models if m not in registry]
+        unknown = [m for m in self.worker.models if m not in registry]
         if unknown:
             raise UsageError(f"--models / REELBATCH_WORKER_MODELS: {', '.join(map(repr, unknown))} not registered "
                              f"here (registered: {', '.join(registry.names())})")
-        return tuple(dict.fromkeys(self.worker_models))
+        return tuple(dict.fromkeys(self.worker.models))
+
+
+# The class of each group, by its path in Settings.
+GROUPS: dict[str, type] = {"": Settings, "manifest": ManifestPolicy, "webhooks": Webhooks, "engine": EngineConfig,
+                           "worker": Worker, "limits": Limits, "prices": Prices, "prices.gpu": Rate,
+                           "prices.storage": StoragePrice, "prices.sale": Price, "reports": Reports}
+
+
+def _build(path: str, tree: dict) -> object:
+    kwargs = {name: _build(f"{path}.{name}".lstrip("."), value) if isinstance(value, dict) else value
+              for name, value in tree.items()}
+    return GROUPS[path](**kwargs)
+
+
+def _replace_at(node, names: list[str], value: object):
+    name, rest = names[0], names[1:]
+    if name not in {f.name for f in fields(node)}:
+        raise AttributeError(f"{type(node).__name__} has no setting {name!r}")
+    return replace(node, **{name: _replace_at(getattr(node, name), rest, value) if rest else value})
 
 
 def _check_attention(name: str) -> None:
@@ -140,6 +128,6 @@ def _check_attention(name: str) -> None:
 
 def markdown_table() -> str:
     """docs/SETTINGS.md's table: every variable, what it means and its default."""
-    rows = ["| variable | meaning | default |", "|---|---|---|"]
-    rows += [f"| `{v.name}` | {v.help} | {v.shown} |" for v in VARIABLES]
+    rows = ["| variable | sets | meaning | default |", "|---|---|---|---|"]
+    rows += [f"| `{v.name}` | `{v.field}` | {v.help} | {v.shown} |" for v in VARIABLES]
     return "\n".join(rows) + "\n"

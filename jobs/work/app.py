@@ -23,13 +23,13 @@ def create_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
-        task_default_queue=settings.queue,
+        task_default_queue=settings.worker.queue,
         # Rendering goes only to the queue GPU workers consume (`reelbatch worker --queue`).
         # Schedule firings go to a small control queue every worker also consumes, so a firing never waits behind
         # thousands of render tickets.
-        task_routes={RENDER_TASK: {"queue": settings.queue},
+        task_routes={RENDER_TASK: {"queue": settings.worker.queue},
                      "reelbatch.fire_schedules": {"queue": control_queue(settings)}},
-        task_time_limit=settings.max_render_s,
+        task_time_limit=settings.limits.max_render_s,
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
@@ -44,7 +44,7 @@ def create_app(settings: Settings) -> Celery:
 
 
 def control_queue(settings: Settings) -> str:
-    return f"{settings.queue}.control"
+    return f"{settings.worker.queue}.control"
 
 
 def _redelivers(broker_url: str) -> bool:
@@ -55,17 +55,18 @@ def _transport_options(settings: Settings) -> dict:
     # Only brokers that redeliver after a visibility timeout take the option (the SQLite transport hands its
     # options to SQLAlchemy's create_engine, which refuses unknown keywords). A redelivered ticket is harmless here
     # (the database decides who renders what), but a timeout shorter than a batch would waste tickets.
-    return {"visibility_timeout": settings.visibility_timeout_s} if _redelivers(settings.broker_url) else {}
+    return {"visibility_timeout": settings.limits.visibility_timeout_s} if _redelivers(settings.broker_url) else {}
 
 
 def check_worker_config(settings: Settings) -> None:
     """Refuse to start a worker whose broker would hand a running ticket to a second worker."""
-    if _redelivers(settings.broker_url) and settings.visibility_timeout_s <= settings.max_render_s:
+    limits = settings.limits
+    if _redelivers(settings.broker_url) and limits.visibility_timeout_s <= limits.max_render_s:
         raise UsageError(
-            f"the broker's visibility timeout ({settings.visibility_timeout_s:g} s, REELBATCH_VISIBILITY_TIMEOUT_S) "
-            f"must exceed the longest allowed render ({settings.max_render_s:g} s, REELBATCH_MAX_RENDER_S), or long "
+            f"the broker's visibility timeout ({limits.visibility_timeout_s:g} s, REELBATCH_VISIBILITY_TIMEOUT_S) "
+            f"must exceed the longest allowed render ({limits.max_render_s:g} s, REELBATCH_MAX_RENDER_S), or long "
             "batches are delivered twice; raise the first or lower the second"
         )
-    if settings.lease_s < 3:
-        raise UsageError(f"REELBATCH_LEASE_S={settings.lease_s:g} is too short to renew; use at least 3 seconds")
+    if settings.limits.lease_s < 3:
+        raise UsageError(f"REELBATCH_LEASE_S={settings.limits.lease_s:g} is too short to renew; use at least 3 seconds")
 

@@ -32,8 +32,8 @@ def project(factory: Factory, settings: Settings, now: datetime, runs: list[Run]
             bench_profiles: dict | None = None) -> dict[int, Projection]:
     """Projected finishes of the runs with work left (of `runs`, if given), by run id."""
     with factory() as s:
-        workers = alive_workers(s, now, LOST_AFTER_LEASES * settings.lease_s)
-        known = profiles.load(settings.cache_dir) if bench_profiles is None else bench_profiles
+        workers = alive_workers(s, now, LOST_AFTER_LEASES * settings.limits.lease_s)
+        known = profiles.load(settings.engine.cache_dir) if bench_profiles is None else bench_profiles
         return projections(s, Estimator(s, known), now, workers, runs)
 
 
@@ -52,7 +52,7 @@ class Gauges:
         found: dict[int, Projection] = {}
         if runs:
             try:
-                bench = profiles.load(self.settings.cache_dir)
+                bench = profiles.load(self.settings.engine.cache_dir)
             except UsageError as exc:  # a worker keeps working: the projection goes without profiles
                 log.warning("%s", exc)
                 bench = {}

@@ -151,7 +151,7 @@ def _load(settings: Settings, manifest: str, run_name: str, notify: str | None) 
     """Read and check the manifest as `submit` does, under the firing's run name (and the schedule's webhook)."""
     def load(path: Path, folder: str | None = None) -> RunSpec:
         return load_manifest(path, registry=settings.registry(), name=run_name, notify=notify,
-                             policy=settings.manifest_policy(), folder=folder)
+                             policy=settings.manifest, folder=folder)
 
     if not manifest.startswith("s3://"):
         return load(Path(manifest))

@@ -119,7 +119,7 @@ def meter() -> Meter:
     and records the models it serves, and those it lacks a gate for marked UNGATED_MARK (`reelbatch status` names
     pending work that no live session serves, and why)."""
     models = served() + tuple(UNGATED_MARK + m for m in gated()[1])
-    return Meter(settings().gpu_rate(), session_factory(settings().database_url), worker_id(), models=models)
+    return Meter(settings().prices.gpu, session_factory(settings().database_url), worker_id(), models=models)
 
 
 _sweeper_pid: int | None = None
@@ -133,9 +133,9 @@ def start_sweeper() -> None:
         return
     _sweeper_pid = os.getpid()
     config = settings()
-    if config.metrics_port:
+    if config.worker.metrics_port:
         index = getattr(current_process(), "index", None)  # a prefork child's pool index; none in a solo worker
-        serve(config.metrics_port + (0 if index is None else index + 1))
+        serve(config.worker.metrics_port + (0 if index is None else index + 1))
     app = current_app._get_current_object()  # the worker's app, taken here in its main thread
     paid = meter()
     try:

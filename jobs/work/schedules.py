@@ -138,11 +138,11 @@ def _check_name(name: str) -> str:
 
 
 def _check_notify(url: str, settings: Settings | None) -> str:
-    if settings is not None and settings.webhook_secret is None:
+    if settings is not None and settings.webhooks.secret is None:
         raise UsageError(f"--notify {url!r}: REELBATCH_WEBHOOK_SECRET is not set, so its deliveries could not be "
                          "signed; set it here and on every worker")
     try:
-        return check_notify(url, None, settings.allowed_webhooks if settings else None)
+        return check_notify(url, None, settings.manifest.allowed_webhooks if settings else None)
     except FieldError as exc:
         raise UsageError(f"--notify: {exc}") from None
 

@@ -49,7 +49,7 @@ class Sweeper(threading.Thread):
         self.settings, self.factory, self.busy, self.send_tickets = settings, factory, busy, send_tickets
         self.meter, self.models = meter, models
         # Often enough that reaped work restarts within a fraction of a lease; rarely enough to cost nothing.
-        self.interval = max(1.0, min(15.0, settings.lease_s / 4))
+        self.interval = max(1.0, min(15.0, settings.limits.lease_s / 4))
         self.stopped = threading.Event()
         self.gauges = deadlines.Gauges(settings)
 
@@ -67,10 +67,10 @@ class Sweeper(threading.Thread):
         requeued: Counter[str] = Counter()
         if fleet:
             # A session silent for three leases belongs to a dead worker: its leases have expired, its batch is lost.
-            if lost := ledger.close_lost_sessions(self.factory, 3 * self.settings.lease_s):
+            if lost := ledger.close_lost_sessions(self.factory, 3 * self.settings.limits.lease_s):
                 log.warning("closed %d worker sessions whose heartbeats stopped", lost)
-            requeued = leases.reap_expired(self.factory, max_attempts=self.settings.max_attempts)
-        if self.settings.metrics_port:  # a count of every claimable unit: only where someone reads it
+            requeued = leases.reap_expired(self.factory, max_attempts=self.settings.limits.max_attempts)
+        if self.settings.worker.metrics_port:  # a count of every claimable unit: only where someone reads it
             prometheus.QUEUE_DEPTH.set(claims.claimable_count(self.factory, self.models))
         if requeued:
             log.warning("returned %d units with expired leases to the queue", requeued.total())
@@ -81,9 +81,9 @@ class Sweeper(threading.Thread):
         if fleet:
             self.keep_deadlines()  # whatever it meets, leases were reaped and tickets sent
             finished.catch_up(self.settings, self.factory)
-            if self.settings.metrics_port:  # each team's figures, from the sweeping worker only
+            if self.settings.worker.metrics_port:  # each team's figures, from the sweeping worker only
                 prometheus.publish_teams(teams.usage(self.factory))
-        elif self.settings.metrics_port:  # this process's own deadline gauges
+        elif self.settings.worker.metrics_port:  # this process's own deadline gauges
             self.gauges.publish(self.factory)
         send.deliver_due(self.settings, self.factory)
 

@@ -37,7 +37,7 @@ def render_next() -> dict:
     process.busy.set()
     try:
         _compile_ahead(settings, engine, factory)
-        result = render_next_batch(settings, engine, factory, process.finisher() if settings.overlap else None,
+        result = render_next_batch(settings, engine, factory, process.finisher() if settings.worker.overlap else None,
                                    on_ready=lambda n, model: send_tickets(app, n, model), meter=process.meter(),
                                    stopping=stopping)
     finally:
@@ -55,7 +55,7 @@ _warmed = threading.Event()
 def _compile_ahead(settings, engine, factory) -> None:
     """With compile on, a worker's first ticket compiles the shapes waiting in the queue before it claims (a claim's
     lease would otherwise tick through the compile)."""
-    if settings.compile and not _warmed.is_set():
+    if settings.engine.compile and not _warmed.is_set():
         _warmed.set()
         log.info("compiled ahead for %s", warm_up(settings, engine, factory) or "no waiting shapes")
 

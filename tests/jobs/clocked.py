@@ -4,7 +4,6 @@ encode ENCODE_S, so every charge is known in advance. With RATE one second costs
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,16 +85,18 @@ def videos(prefix: str, count: int, **fields: object) -> list[dict]:
 
 def make_world(tmp_path: Path, db_url: str, model_cache: Path, registry, monkeypatch, measuring: tuple[str, ...] = (),
                **settings: object) -> World:
-    """`measuring`: models rendered here without asking their gates (engine.pipelines.PipelineCache.measuring)."""
-    config = dataclasses.replace(Settings.from_env({}), **{
-        "database_url": db_url, "cache_dir": tmp_path / "cache", "max_batch": 2, "gpu_hour_usd": RATE.usd_per_hour,
-        "gpu_hour_source": RATE.source, "retry_backoff_s": 0.0, "overlap": False,
-        "store_threads": 1,  # encodes one after another, each ENCODE_S on the clock: every charge is known
-        **settings})
+    """`measuring`: models rendered here without asking their gates (engine.pipelines.PipelineCache.measuring);
+    `settings`: values by path (Settings.with_values), "worker.max_batch" written worker__max_batch."""
+    config = Settings.from_env({}).with_values({
+        "database_url": db_url, "engine.cache_dir": tmp_path / "cache", "worker.max_batch": 2, "prices.gpu": RATE,
+        "limits.retry_backoff_s": 0.0, "worker.overlap": False,
+        "worker.store_threads": 1,  # encodes one after another, each ENCODE_S on the clock: every charge is known
+        **{k.replace("__", "."): v for k, v in settings.items()}})
     factory = session_factory(config.database_url)
     clock = Clock()
     # The built models come from the session's cache; profiles and the rest go to this test's own folder.
-    engine = Engine(dataclasses.replace(config, cache_dir=model_cache).engine_config(), registry, measuring=measuring)
+    config = config.with_values({"engine.cache_dir": model_cache})
+    engine = Engine(config.engine_config(), registry, measuring=measuring)
     real_render = engine.render
 
     def render(batch, **kwargs):

@@ -38,8 +38,9 @@ def one_video_run(tmp_path, model_cache, registry, output: str):
     """Run `a` of one tiny video, v0 (2 steps), submitted to SQLite for `output`; leases of 0.5 s."""
     manifest = tmp_path / "a.yaml"
     manifest.write_text("name: a\ndefaults: {steps: 2}\nvideos:\n  - {id: v0, prompt: video 0}\n")
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'a.db'}",
-                                   cache_dir=model_cache, lease_s=0.5, retry_backoff_s=0.01)
+    settings = Settings.from_env({}).with_values({"database_url": f"sqlite:///{tmp_path / 'a.db'}",
+                                                  "engine.cache_dir": model_cache, "limits.lease_s": 0.5,
+                                                  "limits.retry_backoff_s": 0.01})
     factory = session_factory(settings.database_url)
     submission.submit_run(factory, load_manifest(manifest, registry=registry), output=output)
     return settings, factory

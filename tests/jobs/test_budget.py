@@ -101,7 +101,7 @@ def test_a_run_whose_next_batch_waits_on_one_in_flight_is_held_not_stopped(world
     world.render_all()  # measured: 15 s a video of this shape
     capped = world.submit("capped", videos("c", 4, steps=2), max_cost_usd=0.04, priority=5)
     other = world.submit("other", videos("o", 2, steps=2))
-    gate = Gate(RATE, world.settings.storage_price())
+    gate = Gate(RATE, world.settings.prices.storage)
 
     def claim():
         return claims.claim_batch(world.factory, owner="w", max_batch=2, lease_s=60, gate=gate)

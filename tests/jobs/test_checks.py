@@ -141,8 +141,9 @@ def test_normal_toy_and_toy_fast_renders_are_not_flagged(tmp_path, model_cache, 
     if "toy-fast" not in registry:
         pytest.skip("toy-fast's weights are not in place")
     # One database is enough here (the rows are written as in the tests above); the time limit is the render's own.
-    world = make_world(tmp_path, f"sqlite:///{tmp_path / 'n.db'}", model_cache, registry, monkeypatch, max_batch=4,
-                       min_time_limit_s=900.0, measuring=("toy-fast",))  # its gate is test_toy_fast's; here, renders
+    # toy-fast's gate is test_toy_fast's; here, renders.
+    world = make_world(tmp_path, f"sqlite:///{tmp_path / 'n.db'}", model_cache, registry, monkeypatch,
+                       worker__max_batch=4, limits__min_time_limit_s=900.0, measuring=("toy-fast",))
     prompts = ["a red circle moving left on a black background", "a green square moving up on a gray background",
                "a blue square moving right on a gray background", "a white circle moving down on a black background"]
     for model in ("toy", "toy-fast"):

@@ -3,7 +3,6 @@ deadline) once, the result files are written and the run reports expired; `statu
 each run's projected finish against its deadline. The real render path on a controlled clock (tests/jobs/clocked.py)
 gives the seconds: 15 s for each video of a batch of two 2-step videos."""
 
-import dataclasses
 import json
 import threading
 from datetime import datetime, timedelta, timezone
@@ -44,7 +43,7 @@ def test_a_deadline_ranks_a_run_as_if_queued_twelve_hours_before_it():
 
 @pytest.fixture
 def world(tmp_path, db_url, model_cache, registry, monkeypatch):
-    return make_world(tmp_path, db_url, model_cache, registry, monkeypatch, max_batch=1)
+    return make_world(tmp_path, db_url, model_cache, registry, monkeypatch, worker__max_batch=1)
 
 
 def test_within_a_priority_earlier_deadlines_go_first(world):
@@ -120,7 +119,7 @@ def sample(name: str, run: str) -> float | None:
 
 
 def test_status_and_the_gauges_show_each_runs_projected_finish_against_its_deadline(world):
-    world.settings = dataclasses.replace(world.settings, max_batch=2)
+    world.settings = world.settings.with_values({"worker.max_batch": 2})
     world.submit("known", videos("k", 2, steps=2))
     world.render_all()  # measured: 15 s a video of this shape
     soon = world.submit("soon", videos("s", 8, steps=2), deadline="PT1M")  # 120 GPU-s: cannot make it

@@ -2,7 +2,6 @@
 tiny engine -> PyAV -> a store -> rows). A failure another attempt would meet again fails its video in one attempt,
 with its reason; one that may pass is retried. Attempt counts, statuses and messages worked out by hand."""
 
-import dataclasses
 from urllib.parse import urlsplit
 
 import pytest
@@ -36,15 +35,15 @@ from storage.stores import (
 from tests.e2e.procs import TcpGate
 
 
-def submit(tmp_path, model_cache, registry, videos: str, output: str, model: str = "tiny", **settings):
+def submit(tmp_path, model_cache, registry, videos: str, output: str, model: str = "tiny", settings=None):
     """Run `r` of `model` (2 steps) of `videos` (YAML list items), submitted to SQLite for `output`; 3 attempts a
     video."""
     manifest = tmp_path / "r.yaml"
     manifest.write_text(f"name: r\nmodel: {model}\ndefaults: {{steps: 2, resolution: 64x64, fps: 8, duration_s: 1}}\n"
                         f"videos:\n{videos}")
-    config = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'r.db'}",
-                                 cache_dir=model_cache, max_batch=8, max_attempts=3, retry_backoff_s=0.01,
-                                 **settings)
+    config = Settings.from_env({}).with_values({
+        "database_url": f"sqlite:///{tmp_path / 'r.db'}", "engine.cache_dir": model_cache, "worker.max_batch": 8,
+        "limits.max_attempts": 3, "limits.retry_backoff_s": 0.01, **(settings or {})})
     factory = session_factory(config.database_url)
     submission.submit_run(factory, load_manifest(manifest, registry=registry), output=output)
     return config, factory, Engine(config.engine_config(), registry)
@@ -133,7 +132,7 @@ def test_an_ungated_lossy_setting_spends_no_attempt_its_work_waits_unclaimed(tmp
     above; it decides a render that meets it anyway."""
     settings, factory, engine = submit(tmp_path, model_cache, registry,
                                        "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(3)),
-                                       f"file://{tmp_path / 'out'}/", guidance_fraction=0.5)
+                                       f"file://{tmp_path / 'out'}/", settings={"engine.guidance_fraction": 0.5})
     first = render_next_batch(settings, engine, factory)
     assert (first.claimed, first.released, first.retried, first.failed) == (0, 0, 0, 0)
     assert [(Status(v.status), v.attempts) for v in _units(factory)] == [(Status.PENDING, 0)] * 3

@@ -37,8 +37,8 @@ def history(world):
 
 def forecast(world, spec, workers=1):
     with world.factory() as s:
-        return estimate(spec, Estimator(s, profiles.load(world.settings.cache_dir)), rate=RATE,
-                        storage=world.settings.storage_price(), workers=workers, workers_source="test",
+        return estimate(spec, Estimator(s, profiles.load(world.settings.engine.cache_dir)), rate=RATE,
+                        storage=world.settings.prices.storage, workers=workers, workers_source="test",
                         queue=queued(s), now=utcnow())
 
 
@@ -96,7 +96,7 @@ def test_a_new_shape_of_a_known_model_is_fitted_on_work(world):
 
 
 def test_with_no_history_the_bench_profile_is_scaled_by_work(world):
-    profiles.record(world.settings.cache_dir, profiles.Profile(
+    profiles.record(world.settings.engine.cache_dir, profiles.Profile(
         "tiny", 64, 64, 9, 4, 5.0, seconds_per_video=3.0, videos=8, batch=4, device="cpu",
         measured_at="2026-12-01T00:00:00+00:00", source="reelbatch bench --preset t"))
     spec = world.spec("p", videos("a", 1, steps=8) + videos("b", 1, steps=4, resolution="128x128"))
@@ -128,7 +128,8 @@ def test_time_to_finish_counts_the_work_queued_ahead(world):
 
 
 def invoke(world, *args):
-    env = {"REELBATCH_DATABASE_URL": world.settings.database_url, "REELBATCH_CACHE_DIR": str(world.settings.cache_dir),
+    env = {"REELBATCH_DATABASE_URL": world.settings.database_url,
+           "REELBATCH_CACHE_DIR": str(world.settings.engine.cache_dir),
            "REELBATCH_GPU_HOUR_USD": "3.6", "COLUMNS": "200"}
     return CliRunner().invoke(app, list(args), env=env)
 

@@ -1,6 +1,5 @@
 """Claims as leases against SQLite and a real PostgreSQL: disjoint claims, expiry, fencing, retries, cancel, resume."""
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -158,8 +157,9 @@ class FlakyEngine(Engine):
 
 @pytest.fixture
 def worker_settings(db_url, model_cache):
-    return dataclasses.replace(Settings.from_env({}), database_url=db_url, cache_dir=model_cache, max_batch=4,
-                               max_attempts=3, retry_backoff_s=0.01, lease_s=30)
+    return Settings.from_env({}).with_values({"database_url": db_url, "engine.cache_dir": model_cache,
+                                              "worker.max_batch": 4, "limits.max_attempts": 3,
+                                              "limits.retry_backoff_s": 0.01, "limits.lease_s": 30})
 
 
 def drain(settings, engine, factory, limit=30):
@@ -193,7 +193,8 @@ def test_a_video_that_always_raises_fails_after_exactly_n_attempts(factory, regi
 
 
 def test_a_batch_past_its_time_limit_is_abandoned_and_retried(factory, registry, tmp_path, worker_settings):
-    settings = dataclasses.replace(worker_settings, time_limit_s=1e-9, min_time_limit_s=0.2, max_attempts=2)
+    settings = worker_settings.with_values({"limits.time_limit_s": 1e-9, "limits.min_time_limit_s": 0.2,
+                                            "limits.max_attempts": 2})
     submit(factory, registry, tmp_path, 2, more="    steps: 200\n")
     engine = Engine(settings.engine_config(), registry)
     first = render_next_batch(settings, engine, factory)

@@ -4,7 +4,6 @@ The main test drives the real path (claim -> tiny engine -> PyAV -> store -> row
 encodes and idle gaps take exactly the seconds the test says, so each charge and the idle time are known in advance.
 """
 
-import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -31,10 +30,11 @@ RENDER_S, ENCODE_S = 60.0, 5.0
 @pytest.fixture
 def world(tmp_path, db_url, model_cache, registry, monkeypatch):
     """On both databases (tests/jobs/conftest.py): PostgreSQL sums money as NUMERIC, SQLite as integers."""
-    settings = dataclasses.replace(Settings.from_env({}), database_url=db_url,
-                                   cache_dir=model_cache, max_batch=2, gpu_hour_usd=RATE.usd_per_hour,
-                                   gpu_hour_source=RATE.source, retry_backoff_s=0.0, overlap=False,
-                                   store_threads=1)  # encodes one after another, each ENCODE_S on the clock
+    settings = Settings.from_env({}).with_values({"database_url": db_url, "engine.cache_dir": model_cache,
+                                                  "worker.max_batch": 2, "prices.gpu.usd_per_hour": RATE.usd_per_hour,
+                                                  "prices.gpu.source": RATE.source, "limits.retry_backoff_s": 0.0,
+                                                  # encodes one after another, each ENCODE_S on the clock
+                                                  "worker.overlap": False, "worker.store_threads": 1})
     factory = session_factory(settings.database_url)
     clock = Clock()
     engine = Engine(settings.engine_config(), registry)
@@ -131,7 +131,7 @@ def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch)
         assert run_ledger["utilisation"] == pytest.approx(charged / up)
         assert run_ledger["usd_per_charged_s"] == pytest.approx(0.001), "$3.60 an hour, as its records were charged"
         run_row, videos = queries.load_report(factory, str(run_id))
-        report = report_dict(run_row, videos, settings.price(), run_ledger)
+        report = report_dict(run_row, videos, settings.prices.sale, run_ledger)
         cost = report["cost"]
         assert cost["idle_usd"] == pytest.approx(idle_micro * share / 1e6)
         assert cost["per_successful_video_usd"] == pytest.approx(
@@ -193,7 +193,7 @@ def test_a_lost_session_charges_its_batch_in_flight_to_its_videos(world):
 def test_with_the_finisher_the_session_still_closes_to_the_cent(world):
     """Real clock, storing overlapped with rendering: whatever overlapped, charged + idle = up x rate."""
     settings, factory, engine, _, submit = world
-    settings = dataclasses.replace(settings, overlap=True)
+    settings = settings.with_values({"worker.overlap": True})
     submit("f", 5)
     meter = Meter(RATE, factory, "overlapping")
     meter.open()

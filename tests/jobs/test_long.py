@@ -1,7 +1,6 @@
 """Long videos through the real job path on the tiny model: chunks as work units batched with short videos of the
 window's shape, checkpoints in the store, the stitch, the seam score, and a resume after a lost worker."""
 
-import dataclasses
 import json
 import time
 
@@ -29,8 +28,8 @@ LONG_FRAMES = 73  # 9 s at 8 fps: 19 latents = 3 chunks of 9 latents overlapping
 
 @pytest.fixture
 def farm(tmp_path, model_cache, registry):
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'l.db'}",
-                                   cache_dir=model_cache, max_batch=4)
+    settings = Settings.from_env({}).with_values({"database_url": f"sqlite:///{tmp_path / 'l.db'}",
+                                                  "engine.cache_dir": model_cache, "worker.max_batch": 4})
     factory = session_factory(settings.database_url)
     manifest = tmp_path / "l.yaml"
     manifest.write_text("name: l\ndefaults: {steps: 2, duration_s: 4}\nvideos:\n"
@@ -149,8 +148,8 @@ def test_toy_videos_four_windows_long_keep_their_prompt_mostly_and_do_not_jump_a
     from engine.toy.judge import judge_clip, seam_steps
     from engine.toy.world import parse_prompt
 
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 't.db'}",
-                                   cache_dir=tmp_path / "cache", max_batch=4)
+    settings = Settings.from_env({}).with_values({"database_url": f"sqlite:///{tmp_path / 't.db'}",
+                                                  "engine.cache_dir": tmp_path / "cache", "worker.max_batch": 4})
     registry = Registry()
     assert registry.get("toy").chunk_condition == "clean"
     factory = session_factory(settings.database_url)
@@ -185,7 +184,7 @@ def test_a_last_chunk_whose_upload_outlived_its_worker_is_adopted_and_its_checkp
     attempt adopts the stored object by its recorded checksum instead of rendering again, and removes the chunks'
     checkpoints."""
     settings, factory, engine, out, _ = farm
-    settings = dataclasses.replace(settings, lease_s=0.5)
+    settings = settings.with_values({"limits.lease_s": 0.5})
     render_next_batch(settings, engine, factory)
     render_next_batch(settings, engine, factory)
     assert [u[2] for u in units(factory)[:3]] == [Status.SUCCEEDED, Status.SUCCEEDED, Status.PENDING]

@@ -164,12 +164,12 @@ def test_a_plain_folder_in_the_setting_allows_its_images(folder, tmp_path_factor
     """REELBATCH_ALLOWED_INPUTS=/dir/, read by the settings as the CLI reads it, opens that folder and no other."""
     outside = tmp_path_factory.mktemp("shots")
     (outside / "a.png").write_bytes(png())
-    allowed = Settings.from_env({"REELBATCH_ALLOWED_INPUTS": f"{outside}/"}).allowed_inputs
+    allowed = Settings.from_env({"REELBATCH_ALLOWED_INPUTS": f"{outside}/"}).manifest.allowed_inputs
     path = write(folder, f"name: ads\nvideos: [{{id: a, prompt: p, image: {outside / 'a.png'}}}]\n")
     (video,) = load(path, allowed_inputs=allowed).videos
     assert video.image == (outside / "a.png").resolve().as_uri()
     expect(path, 2, "videos[0].image", "is not under an allowed input prefix",
-           allowed_inputs=Settings.from_env({"REELBATCH_ALLOWED_INPUTS": f"{outside}x/"}).allowed_inputs)
+           allowed_inputs=Settings.from_env({"REELBATCH_ALLOWED_INPUTS": f"{outside}x/"}).manifest.allowed_inputs)
 
 
 def test_a_bad_allowed_prefix_names_the_setting(folder):

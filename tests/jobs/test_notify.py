@@ -2,7 +2,6 @@
 PostgreSQL): one accepted delivery per finish whatever races, a signature the receiver can check, every attempt
 recorded, backoff and giving up on a controlled clock."""
 
-import dataclasses
 import json
 import threading
 from datetime import datetime, timedelta, timezone
@@ -41,7 +40,7 @@ def test_the_signature_is_hmac_sha256_of_timestamp_dot_body():
 
 def _settings(factory, **kw):
     url = factory.kw["bind"].url.render_as_string(hide_password=False)
-    return dataclasses.replace(Settings.from_env({}), database_url=url, webhook_secret=SECRET, **kw)
+    return Settings.from_env({}).with_values({"database_url": url, "webhooks.secret": SECRET, **kw})
 
 
 def _submit(factory, tmp_path, hook, videos=2, name="n"):
@@ -123,7 +122,7 @@ def test_two_workers_finishing_the_last_videos_at_once_make_one_delivery(factory
             def finish(unit, barrier=barrier, seen=seen):
                 out = VideoOutput(f"file:///x/{unit.key}.mp4", 1, "0" * 64, 0.1, 0.0, 0.0)
                 barrier.wait()
-                assert record.record_success(factory, unit, out, settings.gpu_rate())
+                assert record.record_success(factory, unit, out, settings.prices.gpu)
                 seen.append(finished.run_finished(settings, factory, [unit.run_name]))
 
             threads = [threading.Thread(target=finish, args=(u,)) for u in held]
@@ -190,7 +189,7 @@ def test_a_delivery_gives_up_after_24_hours_of_failures(factory, tmp_path):
 
 def test_a_sender_without_the_secret_sends_nothing_and_records_why(factory, tmp_path):
     with receiver() as hook:
-        settings = dataclasses.replace(_settings(factory), webhook_secret=None)
+        settings = _settings(factory).with_values({"webhooks.secret": None})
         _submit(factory, tmp_path, hook)
         _cancel_and_notice(settings, factory)
     (info,) = notifications(factory, "n")

@@ -2,7 +2,6 @@
 poster opened as a JPEG and the MP4s decoded."""
 
 import base64
-import dataclasses
 import hashlib
 import io
 import json
@@ -37,8 +36,8 @@ def submit(tmp_path, registry, *run_fields, videos=2):
     manifest = tmp_path / "p.yaml"
     manifest.write_text("name: p\n" + "".join(f"{f}\n" for f in run_fields) + "defaults: {steps: 2}\nvideos:\n"
                         + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(videos)))
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'p.db'}",
-                                   max_batch=8)
+    settings = Settings.from_env({}).with_values({"database_url": f"sqlite:///{tmp_path / 'p.db'}",
+                                                  "worker.max_batch": 8})
     factory = session_factory(settings.database_url)
     submission.submit_run(factory, load_manifest(manifest, registry=registry), output=f"file://{tmp_path / 'out'}/")
     return settings, factory, tmp_path / "out" / "p"
@@ -46,7 +45,7 @@ def submit(tmp_path, registry, *run_fields, videos=2):
 
 @pytest.fixture
 def engine(model_cache, registry):
-    settings = dataclasses.replace(Settings.from_env({}), cache_dir=model_cache)
+    settings = Settings.from_env({}).with_values({"engine.cache_dir": model_cache})
     return Engine(settings.engine_config(), registry)
 
 
@@ -107,7 +106,7 @@ def test_an_adopted_upload_gets_the_same_poster_its_first_attempt_made(tmp_path,
     deleted) and the retry adopts the MP4 by its recorded checksum: it puts the poster again, byte for byte the one
     the first attempt made, because a poster is made from the MP4's bytes."""
     settings, factory, folder = submit(tmp_path, registry, videos=1)
-    settings = dataclasses.replace(settings, lease_s=0.5)
+    settings = settings.with_values({"limits.lease_s": 0.5})
 
     def dies(*args, **kwargs):
         raise ConnectionError("the worker died before recording")

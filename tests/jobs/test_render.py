@@ -1,6 +1,5 @@
 """One batch through the real path: claim -> tiny engine -> PyAV -> store -> rows, with no Celery in between."""
 
-import dataclasses
 import json
 import threading
 import time
@@ -25,8 +24,9 @@ from storage.encode import probe_mp4
 
 @pytest.fixture
 def setup(tmp_path, model_cache, registry):
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'r.db'}",
-                                   cache_dir=model_cache, max_batch=8, gpu_hour_usd=3.6)
+    settings = Settings.from_env({}).with_values({"database_url": f"sqlite:///{tmp_path / 'r.db'}",
+                                                  "engine.cache_dir": model_cache, "worker.max_batch": 8,
+                                                  "prices.gpu.usd_per_hour": 3.6})
     factory = session_factory(settings.database_url)
     manifest = tmp_path / "r.yaml"
     manifest.write_text("name: r\ndefaults: {steps: 2}\nvideos:\n"
@@ -38,7 +38,7 @@ def setup(tmp_path, model_cache, registry):
 
 def test_a_batch_renders_encodes_stores_and_costs(setup):
     settings, factory, engine, folder = setup
-    settings = dataclasses.replace(settings, store_threads=1)  # one video after another: nothing overlaps
+    settings = settings.with_values({"worker.store_threads": 1})  # one video after another: nothing overlaps
     result = render_next_batch(settings, engine, factory)
     assert (result.claimed, result.succeeded, result.failed) == (3, 3, 0)
     assert render_next_batch(settings, engine, factory).claimed == 0, "nothing left to claim"
@@ -69,7 +69,7 @@ def test_a_finisher_stores_while_the_next_batch_renders(setup):
     """With a Finisher, render_next_batch returns once the batch is rendered; its videos stay leased (renewed)
     until the finisher has stored and recorded them, with the same MP4s the synchronous path writes."""
     settings, factory, engine, folder = setup
-    settings = dataclasses.replace(settings, max_batch=2, lease_s=0.6)
+    settings = settings.with_values({"worker.max_batch": 2, "limits.lease_s": 0.6})
     finisher = Finisher()
     first = render_next_batch(settings, engine, factory, finisher)
     assert (first.claimed, first.succeeded, first.pending) == (2, 0, 2)
@@ -89,8 +89,8 @@ def test_a_finisher_stores_while_the_next_batch_renders(setup):
 def test_a_batch_stores_its_videos_on_several_threads_and_charges_their_overlap_once(setup, monkeypatch):
     settings, factory, engine, folder = setup
     # `auto` stores one after another on a CPU (the next batch renders on the same cores) and 4 at once on a GPU.
-    assert (settings.store_threads, encoding.store_threads(settings, engine)) == (0, 1)
-    settings = dataclasses.replace(settings, store_threads=4)
+    assert (settings.worker.store_threads, encoding.store_threads(settings, engine)) == (0, 1)
+    settings = settings.with_values({"worker.store_threads": 4})
     assert encoding.store_threads(settings, engine) == 4
     # Each MP4's upload waits until all three are uploading: stored one after another, the first would wait alone
     # for 20 s, fail, and be retried.
@@ -157,7 +157,7 @@ def test_compile_ahead_warms_the_waiting_shape_so_the_first_batch_compiles_nothi
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     settings, factory, _, _ = setup
-    settings = dataclasses.replace(settings, compile=True)
+    settings = settings.with_values({"engine.compile": True})
     engine = Engine(settings.engine_config(), setup[2].registry)
     assert warm_up(settings, engine, factory) == ["tiny|64x64|f9|s2|g5"]
     graphs = counters["stats"]["unique_graphs"]
@@ -269,7 +269,7 @@ def test_a_batch_whose_checksums_cannot_be_recorded_uploads_nothing_and_retries_
     from jobs.render import record
 
     settings, factory, engine, folder = setup
-    settings = dataclasses.replace(settings, retry_backoff_s=0.01)
+    settings = settings.with_values({"limits.retry_backoff_s": 0.01})
 
     def unreachable(*args, **kwargs):
         raise ConnectionError("the database went away")

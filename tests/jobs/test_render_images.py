@@ -1,7 +1,6 @@
 """Videos that start from an image through the real job path: manifest -> rows -> claim -> tiny engine -> MP4 -> store,
 with local and S3 images, image and text-only videos in one batch, long videos, and images that changed since submit."""
 
-import dataclasses
 import io
 import time
 
@@ -39,8 +38,9 @@ def png(pixels: np.ndarray) -> bytes:
 
 @pytest.fixture
 def farm(tmp_path, model_cache, registry):
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'r.db'}",
-                                   cache_dir=model_cache, max_batch=8, max_attempts=2, retry_backoff_s=0.01)
+    settings = Settings.from_env({}).with_values({"database_url": f"sqlite:///{tmp_path / 'r.db'}",
+                                                  "engine.cache_dir": model_cache, "worker.max_batch": 8,
+                                                  "limits.max_attempts": 2, "limits.retry_backoff_s": 0.01})
     factory = session_factory(settings.database_url)
     engine = Engine(settings.engine_config(), registry)
 

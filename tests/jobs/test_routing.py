@@ -182,7 +182,7 @@ def test_a_worker_without_a_models_gate_leaves_its_work_and_status_says_why(fact
 
     video = [np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3).repeat(2, axis=0)] * gates.MIN_SAMPLE
     same = {"colour": 1.0, "shape": 0.8, "direction": 0.95, "background": 1.0}
-    gates.record(settings.cache_dir, gates.distilled_gate(
+    gates.record(settings.engine.cache_dir, gates.distilled_gate(
         "toy-fast", engine.gate_identity(registry.get("toy-fast")), "toy", adherence=same, teacher_adherence=same,
         videos=video, teacher_videos=video, batch=8, speedup=8.0))
     # The record is read at each claim: no restart.

@@ -43,7 +43,7 @@ BAD = "name: ignored\nvideos:\n  - id: a\n    prompt: ok\n    seeed: 3\n  - id: 
 def celery(tmp_path_factory):
     """A Celery app on a SQLite broker file of this module's own (the tickets are counted there)."""
     path = tmp_path_factory.mktemp("broker") / "broker.db"
-    settings = dataclasses.replace(Settings.from_env({}), broker_url=f"sqla+sqlite:///{path}")
+    settings = Settings.from_env({}).with_values({"broker_url": f"sqla+sqlite:///{path}"})
     return create_app(settings), path
 
 
@@ -69,7 +69,8 @@ def tickets(broker) -> int:
 
 @pytest.fixture
 def settings(db_url, tmp_path):
-    return dataclasses.replace(Settings.from_env({}), database_url=db_url, output=f"file://{tmp_path}/out/")
+    return Settings.from_env({}).with_values({"database_url": db_url,
+                                              "manifest.default_output": f"file://{tmp_path}/out/"})
 
 
 def manifest(tmp_path, text=GOOD, name="night.yaml"):
@@ -263,8 +264,8 @@ def test_an_s3_manifest_is_checked_when_added_and_read_at_each_firing(fire_due, 
     uri = f"s3://{bucket}/schedules/spring.yaml"
     s3.put_object(Bucket=bucket, Key="schedules/spring.yaml", Body=GOOD.encode())
     factory = session_factory(f"sqlite:///{tmp_path / 'r.db'}")
-    settings = dataclasses.replace(Settings.from_env({}), database_url=f"sqlite:///{tmp_path / 'r.db'}",
-                                   output=f"file://{tmp_path}/out/")
+    settings = Settings.from_env({}).with_values({"database_url": f"sqlite:///{tmp_path / 'r.db'}",
+                                                  "manifest.default_output": f"file://{tmp_path}/out/"})
     with pytest.raises(UsageError, match="no such object"):
         add_schedule(factory, "spring", f"s3://{bucket}/schedules/missing.yaml", "0 2 * * *")
     assert add_schedule(factory, "spring", uri, "0 2 * * *").manifest == uri
@@ -281,8 +282,8 @@ def test_an_s3_manifest_is_checked_when_added_and_read_at_each_firing(fire_due, 
 
 
 def test_a_schedule_notify_is_checked_when_added_and_given_to_every_run(fire_due, factory, settings, tmp_path):
-    hooks = dataclasses.replace(settings, allowed_webhooks=("https://hooks.example.com/rb/",),
-                                webhook_secret="s3cr3t-webhook-key-0123")
+    hooks = settings.with_values({"manifest.allowed_webhooks": ("https://hooks.example.com/rb/",),
+                                  "webhooks.secret": "s3cr3t-webhook-key-0123"})
     with pytest.raises(UsageError, match=r"--notify: 'https://evil.example.net/' is not under an allowed webhook"):
         add_schedule(factory, "n", str(manifest(tmp_path)), "0 2 * * *", notify="https://evil.example.net/",
                      settings=hooks)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.cost.prices import Rate
 from jobs.errors import UsageError
 from jobs.settings import Settings, markdown_table
 from tests.conftest import REPO
@@ -63,27 +64,28 @@ def test_values_are_read_as_their_types_and_unset_ones_take_the_defaults(tmp_pat
     settings = Settings.from_env({"REELBATCH_MAX_BATCH": "8", "REELBATCH_OVERLAP": "off", "REELBATCH_DEVICE": "cuda:1",
                                   "REELBATCH_ALLOWED_OUTPUTS": " s3://bkt/x/, file:///srv/ ,",
                                   "REELBATCH_METRICS_PORT": "9400", "REELBATCH_EGRESS_GB_USD": "0"})
-    assert (settings.max_batch, settings.overlap, settings.device) == (8, False, "cuda:1")
-    assert settings.allowed_outputs == ("s3://bkt/x/", "file:///srv/")
-    assert (settings.metrics_port, settings.egress_gb_usd) == (9400, 0.0)
+    assert (settings.worker.max_batch, settings.worker.overlap, settings.engine.device) == (8, False, "cuda:1")
+    assert settings.manifest.allowed_outputs == ("s3://bkt/x/", "file:///srv/")
+    assert (settings.worker.metrics_port, settings.prices.storage.egress_gb_usd) == (9400, 0.0)
     assert settings.database_url == f"sqlite:///{tmp_path / 'reelbatch.db'}"
-    assert (settings.lease_s, settings.max_attempts, settings.gpu_hour_usd, settings.queue) == (120.0, 3, 5.41, "render")
-    assert Settings.from_env({}).store_threads == 0  # auto
-    assert Settings.from_env({"REELBATCH_STORE_THREADS": "auto"}).store_threads == 0
-    assert Settings.from_env({"REELBATCH_STORE_THREADS": "3"}).store_threads == 3
+    assert (settings.limits.lease_s, settings.limits.max_attempts) == (120.0, 3)
+    assert (settings.prices.gpu.usd_per_hour, settings.worker.queue) == (5.41, "render")
+    assert Settings.from_env({}).worker.store_threads == 0  # auto
+    assert Settings.from_env({"REELBATCH_STORE_THREADS": "auto"}).worker.store_threads == 0
+    assert Settings.from_env({"REELBATCH_STORE_THREADS": "3"}).worker.store_threads == 3
 
 
 def test_allowed_inputs_take_plain_folders_as_docs_settings_says():
     settings = Settings.from_env({"REELBATCH_ALLOWED_INPUTS": "/srv/in/, file:///srv/b/,s3://bkt/x/"})
-    assert settings.allowed_inputs == ("/srv/in/", "file:///srv/b/", "s3://bkt/x/")
+    assert settings.manifest.allowed_inputs == ("/srv/in/", "file:///srv/b/", "s3://bkt/x/")
 
 
 def test_the_webhook_settings_are_read_and_the_secret_is_never_shown(tmp_path):
     secret = "s3cr3t-webhook-key-0123"
     settings = Settings.from_env({"REELBATCH_ALLOWED_WEBHOOKS": "HTTPS://Hooks.Example.com:443/rb, http://127.0.0.1:9/",
                                   "REELBATCH_WEBHOOK_SECRET": secret})
-    assert settings.allowed_webhooks == ("https://hooks.example.com/rb", "http://127.0.0.1:9/")
-    assert settings.webhook_secret == secret and settings.webhook_backoff_s == 30.0
+    assert settings.manifest.allowed_webhooks == ("https://hooks.example.com/rb", "http://127.0.0.1:9/")
+    assert settings.webhooks.secret == secret and settings.webhooks.backoff_s == 30.0
     assert secret not in repr(settings)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path), "REELBATCH_WEBHOOK_SECRET": secret}
     for args in (["settings"], ["settings", "--json"]):
@@ -107,3 +109,28 @@ def test_the_settings_page_holds_the_table_the_code_makes():
     start = page.index("<!-- settings table")
     body = page[page.index("\n", start) + 1 : page.index("<!-- end of settings table -->")]
     assert body == markdown_table(), "docs/SETTINGS.md is stale: regenerate it with `reelbatch settings --markdown`"
+
+
+def test_each_variable_sets_the_field_of_the_part_it_configures():
+    settings = Settings.from_env({"REELBATCH_DEVICE": "cuda:1", "REELBATCH_CACHE_DIR": "/srv/cache",
+                                  "REELBATCH_MAX_MODELS": "3", "REELBATCH_GPU_HOUR_USD": "2.5",
+                                  "REELBATCH_RETENTION_MONTHS": "6", "REELBATCH_OUTPUT": "s3://bkt/renders/",
+                                  "REELBATCH_REPORT_PARALLEL": "0", "REELBATCH_LEASE_S": "45"})
+    # The engine's group is the engine's own config, handed over whole: no field is copied by matching names.
+    assert settings.engine_config() is settings.engine
+    engine = settings.engine
+    assert (engine.device, engine.cache_dir, engine.max_models) == ("cuda:1", Path("/srv/cache"), 3)
+    assert settings.prices.gpu == Rate(2.5, settings.prices.gpu.source)
+    assert (settings.prices.storage.months, settings.prices.storage.gb_month_usd) == (6.0, 0.023)
+    assert settings.manifest.default_output == "s3://bkt/renders/"
+    assert (settings.reports.sql, settings.reports.parallel, settings.limits.lease_s) == (True, False, 45.0)
+    assert settings.value("prices.storage.months") == 6.0
+
+
+def test_values_over_settings_go_by_path_and_an_unknown_path_is_refused():
+    settings = Settings.from_env({})
+    changed = settings.with_values({"limits.lease_s": 0.5, "prices.gpu.usd_per_hour": 3.6, "worker.metrics_port": None})
+    assert (changed.limits.lease_s, changed.prices.gpu.usd_per_hour, changed.worker.metrics_port) == (0.5, 3.6, None)
+    assert changed.limits.max_attempts == 3 and settings.limits.lease_s == 120.0, "the rest kept; the original intact"
+    with pytest.raises(AttributeError, match="Limits has no setting 'lease'"):
+        settings.with_values({"limits.lease": 1.0})

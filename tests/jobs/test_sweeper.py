@@ -1,7 +1,6 @@
 """The fleet's housekeeping is done by one sweeper: that of the oldest worker session heard from lately
 (jobs.work.sweeper, jobs.cost.ledger.sweeping_session); when that worker goes quiet, the next oldest takes it over."""
 
-import dataclasses
 import threading
 from datetime import timedelta
 
@@ -40,7 +39,7 @@ def test_only_the_oldest_live_session_sweeps_for_the_fleet_and_the_next_takes_ov
     manifest.write_text("name: r\nvideos:\n" + "".join(f"  - {{id: v{i}, prompt: video {i}}}\n" for i in range(3)))
     submission.submit_run(factory, load_manifest(manifest, registry=registry), output=f"file://{tmp_path}/out/")
     # Lease 120 s, so a sweep every 15 s. The same unit is claimed and reaped three times here: five attempts allowed.
-    settings = dataclasses.replace(Settings.from_env({}), database_url=db_url, max_attempts=5)
+    settings = Settings.from_env({}).with_values({"database_url": db_url, "limits.max_attempts": 5})
     tickets = []
     meters = [Meter(RATE, factory, owner) for owner in ("older", "younger")]
     busy = threading.Event()

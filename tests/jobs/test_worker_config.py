@@ -1,6 +1,5 @@
 """A worker refuses to start on a configuration that would run a batch twice or never renew its lease."""
 
-import dataclasses
 import subprocess
 import sys
 
@@ -13,25 +12,28 @@ from tests.conftest import REPO
 
 
 def settings(**changes):
-    return dataclasses.replace(Settings.from_env({}), **changes)
+    """Settings with changes by path, written with "__" for the dots (limits__lease_s=1)."""
+    return Settings.from_env({}).with_values({k.replace("__", "."): v for k, v in changes.items()})
 
 
 def test_redis_visibility_timeout_must_exceed_the_longest_render():
     with pytest.raises(UsageError, match=r"visibility timeout \(3600 s.*longest allowed render \(7200 s"):
-        check_worker_config(settings(broker_url="redis://127.0.0.1:1/0", visibility_timeout_s=3600,
-                                     max_render_s=7200))
-    check_worker_config(settings(broker_url="redis://127.0.0.1:1/0", visibility_timeout_s=7201, max_render_s=7200))
+        check_worker_config(settings(broker_url="redis://127.0.0.1:1/0", limits__visibility_timeout_s=3600,
+                                     limits__max_render_s=7200))
+    check_worker_config(settings(broker_url="redis://127.0.0.1:1/0", limits__visibility_timeout_s=7201,
+                                 limits__max_render_s=7200))
     # The SQLite broker does not redeliver on a timer, so the check does not apply.
-    check_worker_config(settings(visibility_timeout_s=1, max_render_s=7200))
+    check_worker_config(settings(limits__visibility_timeout_s=1, limits__max_render_s=7200))
 
 
 def test_lease_too_short_to_renew_is_refused():
     with pytest.raises(UsageError, match="too short to renew"):
-        check_worker_config(settings(lease_s=1))
+        check_worker_config(settings(limits__lease_s=1))
 
 
 def test_celery_is_configured_for_long_gpu_work():
-    conf = create_app(settings(broker_url="redis://127.0.0.1:1/0", queue="gpu", max_render_s=100)).conf
+    conf = create_app(settings(broker_url="redis://127.0.0.1:1/0", worker__queue="gpu",
+                               limits__max_render_s=100)).conf
     assert conf.task_acks_late and conf.task_reject_on_worker_lost and conf.worker_prefetch_multiplier == 1
     assert conf.task_routes["reelbatch.render_next"] == {"queue": "gpu"} and conf.task_time_limit == 100
     assert conf.task_routes["reelbatch.fire_schedules"] == {"queue": "gpu.control"}
@@ -67,9 +69,9 @@ def test_engine_switches_come_from_the_environment(raw, expected):
     for name, default in defaults.items():
         settings = Settings.from_env({f"REELBATCH_{name.upper()}": raw})
         want = default if raw == "" else expected
-        assert getattr(settings, name) is want and getattr(settings.engine_config(), name) is want
+        assert getattr(settings.engine, name) is want and getattr(settings.engine_config(), name) is want
     # The worker's own switch: storing batch k while batch k+1 renders.
-    assert Settings.from_env({"REELBATCH_OVERLAP": raw}).overlap is (True if raw == "" else expected)
+    assert Settings.from_env({"REELBATCH_OVERLAP": raw}).worker.overlap is (True if raw == "" else expected)
 
 
 def test_a_bad_switch_value_names_the_variable():
@@ -153,4 +155,4 @@ def test_worker_command_refuses_models_it_cannot_serve(tmp_path, args, env, mess
 
 def test_a_worker_serves_every_registered_model_unless_narrowed():
     assert settings().served_models() == ("tiny", "tiny-i2v", "toy", "toy-fast", "toy-i2v")
-    assert settings(worker_models=("toy", "toy")).served_models() == ("toy",)
+    assert settings(worker__models=("toy", "toy")).served_models() == ("toy",)
