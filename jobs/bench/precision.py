@@ -1,6 +1,7 @@
 """`reelbatch bench precision MODE`: one preset's videos rendered in exact mode, by the engine at native precision
-and at each asked precision (engine.precision), side by side: seconds, the transformer's weight bytes, peak memory
-and PSNR to exact mode's frames.
+and at each asked precision (engine.precision), side by side: seconds, the transformer's weight bytes, the text
+encoder's (each mode side with `--text-encoder MODE` quantizes it as a registration's `text_encoder_precision:` does),
+peak memory and PSNR to exact mode's frames.
 
 Every side renders the same prompts and seeds in the same process, one after another, after the model is loaded
 (load seconds apart: an 8-bit side's include quantizing). Peak memory on a GPU is torch's peak allocation during
@@ -42,6 +43,8 @@ class PrecisionSide:
     load_s: float
     render_s: float
     weight_bytes: int  # the transformer(s), as held
+    text_encoder_precision: str  # the text encoder's own mode, or the pipeline's precision when it has none
+    text_encoder_bytes: int  # as held
     peak_mb: float
     psnr_db_min: float | None  # against exact mode; None for exact itself
     psnr_db_mean: float | None
@@ -49,12 +52,13 @@ class PrecisionSide:
 
 
 def run_precision_bench(preset: Preset, settings: Settings, modes: list[str], videos: int | None = None,
-                        on_side=None) -> dict:
-    for mode in modes:
+                        on_side=None, text_encoder: str | None = None) -> dict:
+    """`text_encoder`: the text encoder's own mode on every mode side (exact and native keep it native)."""
+    for option, mode in [("MODE", m) for m in modes] + ([("--text-encoder", text_encoder)] if text_encoder else []):
         try:
             precision.check_mode(mode)
         except ValueError as exc:
-            raise UsageError(f"--precision: {exc}") from None
+            raise UsageError(f"{option}: {exc}") from None
     info = bench_model(preset, settings.engine.cache_dir)
     registry = Registry({info.name: info})
     shape = Shape(info.name, preset.width, preset.height, preset.frames, preset.steps, preset.guidance)
@@ -62,7 +66,8 @@ def run_precision_bench(preset: Preset, settings: Settings, modes: list[str], vi
     texts = prompts(count, preset.model)
     config = settings.engine_config()
     configs = [("exact", config.exact()), ("native", config.lossless())]
-    configs += [(mode, replace(config.lossless(), precision=mode)) for mode in modes]
+    configs += [(mode, replace(config.lossless(), precision=mode, text_encoder_precision=text_encoder))
+                for mode in modes]
     engines = []
     for name, cfg in configs:  # every side checked before any renders
         gate = _gate(Engine(cfg, registry), info.name)
@@ -124,8 +129,10 @@ def _measure(engine: Engine, name: str, shape: Shape, texts: list[str], batch: i
                 frames.append(video.frames)
         render_s = time.perf_counter() - started
     weights = sum(precision.weight_bytes(m) for m in experts(pipe))
-    side = PrecisionSide(name, engine.pipelines.precision(shape.model), load_s, render_s, weights, peak.mb, None,
-                         None, gate)
+    mode = engine.pipelines.precision(shape.model)
+    text_mode = engine.pipelines.text_encoder_precision(shape.model) or mode
+    side = PrecisionSide(name, mode, load_s, render_s, weights, text_mode, precision.weight_bytes(pipe.text_encoder),
+                         peak.mb, None, None, gate)
     return side, frames
 
 

@@ -100,11 +100,16 @@ def precision(
     videos: Annotated[Optional[int], typer.Option("--videos", min=1, max=1000,
                                                   help="Videos per side (default: the preset's).")] = None,
     steps: StepsOption = None,
+    text_encoder: Annotated[Optional[str], typer.Option(
+        "--text-encoder", metavar="MODE",
+        help="The text encoder's own mode on each MODE side (as a registration's text_encoder_precision:); exact "
+             "and native keep it native.")] = None,
     json_: JsonOption = False,
 ) -> None:
     """Each precision MODE side by side with exact mode and the native engine on the preset's model: speed,
-    transformer weight bytes, peak memory, PSNR to exact. (A mode's quality gate: `bench quality --precision`.)"""
-    bench_precision(chosen_preset(preset, steps), modes, videos, json_)
+    transformer and text-encoder weight bytes, peak memory, PSNR to exact. (A mode's quality gate: `bench quality
+    --precision`, and `--setting text_encoder_precision=MODE` for the text encoder's.)"""
+    bench_precision(chosen_preset(preset, steps), modes, videos, json_, text_encoder)
 
 
 bench_app.command("quality", short_help="Quality gates of lossy settings, precisions or a distilled model.")(quality)
