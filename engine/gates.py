@@ -18,6 +18,9 @@ ADHERENCE_POINTS below the teacher's where the toy judge reads the prompts, else
 CLIP_MARGIN below the teacher's when the registration names a CLIP folder. Its PSNR against the teacher is recorded,
 not required: another model draws other pixels from the same noise.
 
+An 8-bit setting's record also holds its recipe (engine.precision.recipe: the layers kept in float and torchao's
+version), and releases nothing under another one.
+
 Records live in one JSON file under the cache folder, written atomically, so every worker sharing the cache folder
 sees the same gates. A record is made only by measuring; nothing else marks a model as checked.
 """
@@ -34,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine import precision
 from engine.errors import RenderError
 from engine.gate_measures import BLANK_STD, blank_frames, flicker, frozen_videos, motion  # noqa: F401 (re-exported)
 
@@ -121,6 +125,12 @@ class Gate:
     teacher_clip_score: float | None = None
     # Where the sample came from: "toy held-out draw, entropy N", "shipped prompts", or the manifest file's path.
     sample: str = ""
+    # An 8-bit setting's recipe as measured (engine.precision.recipe; None: this code's, the one the renders used).
+    recipe: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.recipe is None:
+            object.__setattr__(self, "recipe", precision.recipe(self.setting))
 
     @property
     def passed(self) -> bool:
@@ -276,6 +286,11 @@ def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
     if found is None:
         raise UngatedSetting(f"lossy setting {setting} has no recorded quality gate for model {model!r} (as its "
                              f"files are now): {how}, or turn it off", setting)
+    now = precision.recipe(setting)
+    if found.get("recipe", "") != now:
+        raise UngatedSetting(f"lossy setting {setting}'s quality gate for model {model!r} was measured with another "
+                             f"quantization ({found.get('recipe') or 'unrecorded'}; now: {now}): {how} again, or turn "
+                             "it off", setting)
     if not found["passed"]:
         raise UngatedSetting(f"lossy setting {setting} failed its quality gate for model {model!r} "
                              f"({'; '.join(found['failures'])}): turn it off or choose another setting", setting)

@@ -68,6 +68,29 @@ TEXT_ENCODER_SETTING = "text_encoder_precision"
 TEXT_ENCODER_KEEP: tuple[str, ...] = ()
 
 
+def recipe(setting: str) -> str:
+    """What decides a gated setting's 8-bit numbers besides its modes: the layers each 8-bit mode keeps in float (KEEP,
+    TEXT_ENCODER_KEEP) and the quantization library's version. A gate records it (engine.gates.Gate.recipe), and a
+    record measured under another recipe releases nothing: changing KEEP, or upgrading torchao, asks for the gate
+    again. "" for a setting with no 8-bit mode."""
+    parts = []
+    for part in setting.split(","):
+        name, _, mode = part.partition("=")
+        if mode in EIGHT_BIT and name == SETTING:
+            parts.append(f"transformer keeps {'+'.join(KEEP) or 'nothing'} in float")
+        elif mode in EIGHT_BIT and name == TEXT_ENCODER_SETTING:
+            parts.append(f"text encoder keeps {'+'.join(TEXT_ENCODER_KEEP) or 'nothing'} in float")
+    if not parts:
+        return ""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        library = f"torchao {version('torchao')}"
+    except PackageNotFoundError:
+        library = "torchao not installed"
+    return "; ".join([*parts, library])
+
+
 class PrecisionRefused(RenderError):
     """A registration's precision cannot run on this device (fp8 without FP8 units)."""
 

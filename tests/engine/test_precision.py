@@ -1,6 +1,7 @@
 """Precision modes (engine.precision): what an 8-bit layer holds, which layers stay in float, what a device and a
 missing gate refuse, and a gated int8 render of the tiny model."""
 
+import json
 from datetime import datetime, timezone
 
 import numpy as np
@@ -108,6 +109,34 @@ def test_fp8_on_a_cpu_and_an_ungated_mode_are_refused_naming_the_model_and_mode(
         engine.render(RenderBatch(SHAPE, REQUESTS))
     # Native precision (fp32 on this CPU) needs no gate.
     Engine(EngineConfig(cache_dir=cache_dir, precision="fp32"), Registry()).pipelines.check_precision("tiny")
+
+
+def test_an_8bit_gate_measured_with_other_layers_kept_in_float_releases_nothing(cache_dir, monkeypatch):
+    from importlib.metadata import version
+
+    record_gate(cache_dir, "precision=int8-weight")
+    recorded = gates.load(cache_dir)
+    (key,) = recorded
+    assert recorded[key]["recipe"] == f"transformer keeps proj_out in float; torchao {version('torchao')}"
+    check = Engine(EngineConfig(cache_dir=cache_dir, precision="int8-weight"), Registry()).pipelines.check_precision
+    check("tiny")  # this code's recipe: released
+    # The same record, had the output projection been quantized too when it was measured.
+    monkeypatch.setattr(precision, "KEEP", ())
+    with pytest.raises(UngatedSetting, match=r"precision=int8-weight's quality gate for model 'tiny' was measured "
+                                             r"with another quantization \(transformer keeps proj_out in float; "
+                                             r"torchao .*; now: transformer keeps nothing in float; torchao .*\): "
+                                             r"measure it with `reelbatch bench quality --model tiny --precision "
+                                             r"int8-weight` again"):
+        Engine(EngineConfig(cache_dir=cache_dir, precision="int8-weight"), Registry()).pipelines.check_precision("tiny")
+    # A record from before recipes were recorded is measured again too; a float or lossless setting has none.
+    monkeypatch.undo()
+    recorded[key].pop("recipe")
+    (cache_dir / gates.GATES_FILE).write_text(json.dumps(recorded), encoding="utf-8")
+    with pytest.raises(UngatedSetting, match=r"another quantization \(unrecorded; now: transformer keeps proj_out"):
+        Engine(EngineConfig(cache_dir=cache_dir, precision="int8-weight"), Registry()).pipelines.check_precision("tiny")
+    assert precision.recipe("precision=bf16") == precision.recipe("step_cache=0.1") == ""
+    assert precision.recipe("text_encoder_precision=int8,precision=fp16").startswith("text encoder keeps nothing in "
+                                                                                     "float; torchao ")
 
 
 def test_a_gated_int8_render_quantizes_the_transformer_and_stays_close_to_exact(cache_dir):
