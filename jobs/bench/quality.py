@@ -143,22 +143,17 @@ def _measured_engine(config: EngineConfig, registry: Registry, model: str) -> En
     gate is for); a precision this device cannot run, or one that is native here (nothing to gate), is a usage
     error naming --precision."""
     engine = Engine(config, registry, measuring=[model])
-    if config.precision != NATIVE:
+    pipes, native = engine.pipelines, engine.pipelines.native()
+    asked = [(f"--precision {config.precision}", config.precision, pipes.precision, f"{model!r} renders"),
+             (f"--setting text_encoder_precision={config.text_encoder_precision}", config.text_encoder_precision,
+              pipes.text_encoder_precision, f"{model!r}'s text encoder renders")]
+    for where, mode, resolved, what in asked:
+        if mode == NATIVE:
+            continue
         try:
-            engine.pipelines.check_precision(model)
-        except PrecisionRefused as exc:
-            raise UsageError(f"--precision {config.precision}: {exc}") from None
-        if not lossy(engine.pipelines.precision(model), engine.pipelines.native()):
-            raise UsageError(f"--precision {config.precision}: {model!r} renders at {engine.pipelines.native()} here "
-                             "(native), or fp32: lossless, no gate to measure")
-    text = config.text_encoder_precision
-    if text != NATIVE:
-        where = f"--setting text_encoder_precision={text}"
-        try:
-            engine.pipelines.check_precision(model)
+            pipes.check_precision(model)
         except PrecisionRefused as exc:
             raise UsageError(f"{where}: {exc}") from None
-        if not lossy(engine.pipelines.text_encoder_precision(model), engine.pipelines.native()):
-            raise UsageError(f"{where}: {model!r}'s text encoder at {engine.pipelines.native()} here is native, or "
-                             "fp32: lossless, no gate to measure")
+        if not lossy(resolved(model), native):
+            raise UsageError(f"{where}: {what} at {native} here (native), or fp32: lossless, no gate to measure")
     return engine
