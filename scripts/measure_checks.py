@@ -4,7 +4,7 @@ set's 7000-7079 nor training's) and of 80 videos of each kind made bad on purpos
 same prompts: all black; frozen after the second frame; per-frame uniform noise; the object still where the prompt
 moves it, without and with +-4 levels of grain; and the world's own moving clips.
 
-    PYTHONPATH=. python scripts/measure_checks.py [N] [OUT.json]
+    PYTHONPATH=. python scripts/measure_checks.py [N] [OUT.json] [MODEL ...]   # MODEL: toy and toy-fast by default
 
 Writes every video's values to OUT.json and prints each set's distribution and how many each limit flags.
 """
@@ -62,10 +62,10 @@ def bad(n: int) -> dict[str, list[dict]]:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 80
-    engine = Engine(Settings.from_env({}).engine_config(), Registry())
-    engine.gate_checked.add("toy-fast")  # measured here, whatever its gate
+    models = sys.argv[3:] or ["toy", "toy-fast"]
+    engine = Engine(Settings.from_env({}).engine_config(), Registry(), measuring=models)  # whatever their gates
     sets = {}
-    for model in ("toy", "toy-fast"):
+    for model in models:
         start = time.perf_counter()
         sets[model] = renders(engine, model, n)
         print(f"{model}: {n} renders in {time.perf_counter() - start:.0f} s", file=sys.stderr)
