@@ -95,8 +95,8 @@ def make_world(tmp_path: Path, db_url: str, model_cache: Path, registry, monkeyp
     factory = session_factory(config.database_url)
     clock = Clock()
     # The built models come from the session's cache; profiles and the rest go to this test's own folder.
-    config = config.with_values({"engine.cache_dir": model_cache})
-    engine = Engine(config.engine_config(), registry, measuring=measuring)
+    engine_config = config.with_values({"engine.cache_dir": model_cache}).engine_config()
+    engine = Engine(engine_config, registry, measuring=measuring)
     real_render = engine.render
 
     def render(batch, **kwargs):

@@ -3,7 +3,6 @@
 Tickets go to a real SQLite broker file of this module's own and are counted there.
 """
 
-import dataclasses
 import sqlite3
 import threading
 from datetime import datetime, timedelta, timezone
@@ -289,7 +288,7 @@ def test_a_schedule_notify_is_checked_when_added_and_given_to_every_run(fire_due
                      settings=hooks)
     with pytest.raises(UsageError, match="REELBATCH_WEBHOOK_SECRET is not set"):
         add_schedule(factory, "n", str(manifest(tmp_path)), "0 2 * * *", notify="https://hooks.example.com/rb/x",
-                     settings=dataclasses.replace(hooks, webhook_secret=None))
+                     settings=hooks.with_values({"webhooks.secret": None}))
     assert list_schedules(factory) == [], "nothing written"
     info = add_schedule(factory, "n", str(manifest(tmp_path)), "0 2 * * *",
                         notify="HTTPS://hooks.example.com/rb/nightly", settings=hooks)
