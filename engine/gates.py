@@ -147,17 +147,24 @@ class Gate:
 
 def judge(adherence: dict[str, float], exact: dict[str, float], psnr_db_mean: float,
           ssims: Sequence[float] = (), measured: Measured | None = None,
-          exact_measured: Measured | None = None) -> list[str]:
+          exact_measured: Measured | None = None, read_right: Sequence[bool] = ()) -> list[str]:
     """Why a same-trajectory lever fails its gate (nothing when it passes): adherence (where judged) more than
-    ADHERENCE_POINTS under exact mode's, mean PSNR under MIN_PSNR_DB, any video's SSIM under SSIM_FLOOR, and (when
-    given) the reference-free measures worse than exact mode's by the distilled gate's rules."""
+    ADHERENCE_POINTS under exact mode's, mean PSNR under MIN_PSNR_DB, any video's SSIM under SSIM_FLOOR unless a
+    judge read that video right on every attribute (`read_right`, per video, where a judge reads the prompts), and
+    (when given) the reference-free measures worse than exact mode's by the distilled gate's rules.
+
+    The floor stands in for a judge: SSIM says how far a video moved from exact mode's, not whether it is still
+    what the prompt asked for. A sampler's trajectory can fork on a rounding (the toy model at int8 weights placed
+    one object of 1200 elsewhere in the frame, SSIM 0.36, and drew the asked square where exact mode drew a
+    circle), so where a judge reads the video right it is another good video, not damage; the mean PSNR still
+    holds the set to exact mode's, and the adherence rule counts every video."""
     failures = [f"{name} adherence {adherence[name]:.1%} is more than {ADHERENCE_POINTS:.0%} below exact mode's "
                 f"{exact[name]:.1%}" for name in exact
                 if name not in SAME_TRAJECTORY_UNGATED and adherence[name] < exact[name] - ADHERENCE_POINTS - 1e-9]
     if psnr_db_mean < MIN_PSNR_DB:
         failures.append(f"mean PSNR against the exact renders is {psnr_db_mean:.1f} dB (at least {MIN_PSNR_DB:g} "
                         f"dB required)")
-    under = [s for s in ssims if s < SSIM_FLOOR]
+    under = [s for i, s in enumerate(ssims) if s < SSIM_FLOOR and not (i < len(read_right) and read_right[i])]
     if under:
         failures.append(f"{len(under)} of {len(ssims)} videos have SSIM under {SSIM_FLOOR:g} against their exact "
                         f"renders (worst {min(under):.3f})")

@@ -94,6 +94,7 @@ class Scores:
     direction: float
     all_four: float  # share of clips with every attribute right
     clean_background: float = 0.0  # share of clips whose background is plain (Verdict.clean_background)
+    right: tuple[bool, ...] = ()  # per clip, in order: every attribute right
 
 
 @dataclass(frozen=True)
@@ -165,18 +166,19 @@ def judge_clip(frames: np.ndarray) -> Verdict:
 def score(pairs: Iterable[tuple[str, np.ndarray]]) -> Scores:
     """Judge each (prompt, frames) pair; accuracy per attribute and all four at once. An empty input scores 0."""
     hits = {name: 0 for name in ATTRIBUTES}
-    all_four = clean = count = 0
+    clean = count = 0
+    right = []
     for prompt, frames in pairs:
         verdict = judge_clip(frames)
         agree = verdict.matches(prompt)
         for name in ATTRIBUTES:
             hits[name] += agree[name]
-        all_four += all(agree.values())
+        right.append(all(agree.values()))
         clean += verdict.clean_background
         count += 1
     share = (lambda k: k / count) if count else (lambda k: 0.0)
-    return Scores(count=count, **{name: share(hits[name]) for name in ATTRIBUTES}, all_four=share(all_four),
-                  clean_background=share(clean))
+    return Scores(count=count, **{name: share(hits[name]) for name in ATTRIBUTES}, all_four=share(sum(right)),
+                  clean_background=share(clean), right=tuple(right))
 
 
 def object_steps(frames: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ from engine.metrics import psnr, ssim
 from engine.models import Registry
 from engine.precision import NATIVE, PrecisionRefused, check_mode, lossy
 from jobs.errors import UsageError
-from jobs.quality.gate_sample import gate_sample, judged_adherence, render_sample
+from jobs.quality.gate_sample import gate_sample, judged, judged_adherence, render_sample
 from jobs.settings import Settings
 
 ATTRIBUTES = ("colour", "shape", "direction", "background", "all_four")
@@ -120,14 +120,15 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
         seconds = min(first_s, timed(engine)[0])
         psnrs = [psnr(v, e) for v, e in zip(videos, exact_videos)]
         ssims = [ssim(v, e) for v, e in zip(videos, exact_videos)]
-        measured = judged_adherence(sample, videos)
+        measured, read_right = judged(sample, videos)
         mine = gates.Measured.of(videos)
         gate = gates.Gate(
             model=model, identity=identity, setting=setting, count=len(sample), batch=batch,
             speedup=min(exact_times[-2:]) / seconds, psnr_db_min=float(min(psnrs)), psnr_db_mean=float(np.mean(psnrs)),
             ssim_min=float(min(ssims)), adherence=measured, exact_adherence=exact_adherence,
             measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            failures=gates.judge(measured, exact_adherence, float(np.mean(psnrs)), ssims, mine, exact_measures),
+            failures=gates.judge(measured, exact_adherence, float(np.mean(psnrs)), ssims, mine, exact_measures,
+                                 read_right),
             sample=sample.label, flicker=mine.flicker, teacher_flicker=exact_measures.flicker,
             blank_frames=mine.blank, teacher_blank_frames=exact_measures.blank, motion=mine.motion,
             teacher_motion=exact_measures.motion, frozen_videos=mine.frozen,

@@ -114,10 +114,17 @@ def render_sample(engine, sample: GateSample, batch: int) -> list:
 
 def judged_adherence(sample: GateSample, videos: list) -> dict[str, float]:
     """The toy judge's adherence per attribute after the MP4 round trip, or {} where it cannot read the prompts."""
+    return judged(sample, videos)[0]
+
+
+def judged(sample: GateSample, videos: list) -> tuple[dict[str, float], list[bool]]:
+    """judged_adherence, and per video whether the judge read every attribute right ([] where it cannot read the
+    prompts)."""
     if not sample.judged:
-        return {}
+        return {}, []
     from engine.toy.judge import score
 
     scores = score((item.case.prompt, round_trip(video, item.fps)) for item, video in zip(sample.items, videos))
-    return {name: getattr(scores, name)
-            for name in ("colour", "shape", "direction", "background", "all_four", "clean_background")}
+    return ({name: getattr(scores, name)
+             for name in ("colour", "shape", "direction", "background", "all_four", "clean_background")},
+            list(scores.right))
