@@ -8,6 +8,9 @@ import sys
 
 import pytest
 
+from jobs.cli.bench_precision import print_precision_bench
+from jobs.cli.console import out
+
 
 def cli(args, cwd, env, timeout=900):
     return subprocess.run([sys.executable, "-m", "jobs", *args], cwd=cwd, env=env, capture_output=True, text=True,
@@ -48,10 +51,14 @@ def test_bench_precision_puts_a_mode_beside_exact_and_native_with_both_models_by
     # This cache has no gate: the mode is timed, and the side says a worker would refuse it.
     assert (exact["gate"], native["gate"]) == ("native", "native") and mode["gate"].startswith("workers refuse it")
 
-    table = cli(["bench", "precision", "int8-weight", "--text-encoder", "int8-weight", "--preset", "small",
-                 "--videos", "2", "--steps", "2"], tmp_path, env)
-    assert table.returncode == 0, table.stderr
-    row = next(line.split() for line in table.stdout.splitlines() if line.split()[:1] == ["int8-weight"])
+    # The table the command prints without --json, from the same result (printing renders nothing).
+    width, out.width = out.width, 240
+    try:
+        with out.capture() as printed:
+            print_precision_bench(r)
+    finally:
+        out.width = width
+    row = next(line.split() for line in printed.get().splitlines() if line.split()[:1] == ["int8-weight"])
     assert "0.39x" in row and "int8-weight" in row[1:], row  # the text encoder's bytes, of fp32's
 
 
