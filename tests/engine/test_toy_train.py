@@ -2,6 +2,7 @@
 killed, drawing exactly what an unbroken run draws."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -60,10 +61,17 @@ def test_a_killed_run_resumes_to_the_same_weights(quick_run, tmp_path):
         if record["stage"] == "transformer" and record["step"] == 24:
             raise Killed  # after the checkpoint at step 20: steps 21-24 are lost and redone
 
+    # The quick run's work folder as it stood when its transformer stage began: the VAE stages and the encoded
+    # latents done (a resumed run loads them and trains none of them again), the transformer's not.
+    (tmp_path / "work").mkdir()
+    for name in ("config.json", "vae.done.pt", "decoder.done.pt", "latents.done.pt"):
+        shutil.copy(quick_run / "work" / name, tmp_path / "work" / name)
     config = TrainConfig(**QUICK)
     with pytest.raises(Killed):
         train(config, tmp_path / "work", tmp_path / "out", on_log=kill_at_step_25)
     assert (tmp_path / "work" / "transformer.last.pt").is_file() and not (tmp_path / "out").exists()
+    assert {r["stage"] for r in map(json.loads, (tmp_path / "work" / "train-log.jsonl").read_text().splitlines())} \
+        == {"transformer"}, "a stage that was done was trained again"
     train(config, tmp_path / "work", tmp_path / "out")
     for part in ("transformer", "vae"):
         resumed = load_file(next((tmp_path / "out" / part).glob("*.safetensors")))
