@@ -56,9 +56,10 @@ def test_the_live_page_follows_a_run_in_a_real_browser(tmp_path, model_cache, ch
     inputs.mkdir()
     pictures = DEMO.parent / "pictures"
     shutil.copy(pictures / "red-square.png", inputs / "pic.png")
-    # One video a batch, so the page sees the run advance video by video.
+    # One video a batch, so the page sees the run advance video by video; a changed image is retried (it may be
+    # restored) a second after each attempt, not the default 10.
     svc = Service(tmp_path, embedded_env(model_cache, REELBATCH_ALLOWED_INPUTS=f"file://{inputs}/",
-                                         REELBATCH_MAX_BATCH="1"))
+                                         REELBATCH_MAX_BATCH="1", REELBATCH_RETRY_BACKOFF_S="1"))
     browser = Browser(chromium, tmp_path / "chromium")
     try:
         token = svc.team("ads")
@@ -88,18 +89,20 @@ def test_the_live_page_follows_a_run_in_a_real_browser(tmp_path, model_cache, ch
                     seen.append(text)
                 assert time.monotonic() < started + 300, workers.tails()
                 time.sleep(0.3)
+            # A video the quality checks flag for review once the page has read its run's last report (what a
+            # stitched long video's seam score does): it shows when the page reads that report again, in at most
+            # 20 s (REREAD_MS), while the run below ends.
+            with sqlite3.connect(tmp_path / "reelbatch.db") as db:
+                db.execute("UPDATE videos SET needs_review = 1, seam_score = 0.42 WHERE key = 'second'")
             failed = "document.querySelector('[data-run=pictured] [data-video=changed] .err')?.textContent"
             error = browser.until(failed, timeout=300)
         assert len(seen) >= 3, f"the page showed the run advancing, not only its start and end: {seen}"
         done = [int(t.split(" of ")[0]) for t in seen]
         assert done == sorted(done) and done[0] == 0 and done[-1] == 4
         assert error.startswith("failed: ") and "image" in error
-        # A video the quality checks flag for review (what a stitched long video's seam score does): its poster.
-        with sqlite3.connect(tmp_path / "reelbatch.db") as db:
-            db.execute("UPDATE videos SET needs_review = 1, seam_score = 0.42 WHERE key = 'second'")
         flagged = "[data-run=watched] [data-video=second]"
         assert "flagged for review (seam score 0.42)" in browser.until(
-            f"document.querySelector('{flagged} .flag')?.textContent", timeout=60)  # a report is re-read every 20 s
+            f"document.querySelector('{flagged} .flag')?.textContent", timeout=60)
         assert browser.until(f"document.querySelector('{flagged} img')?.naturalWidth", timeout=30) == 64
         assert browser.js(f"document.querySelector('{flagged} img').src").startswith("blob:")
         assert "cost so far $" in browser.js("document.querySelector('[data-run=watched]').textContent")
