@@ -26,6 +26,7 @@ toy_app = typer.Typer(help="The toy model: trained here on a procedural world, s
 # A one-minute run for tests and for trying the command: every stage, a few steps each.
 QUICK = dict(vae_steps=24, decoder_steps=6, latent_clips=64, steps=30, continuation_steps=6, continuation_clips=32,
              warmup=5, log_every=3, checkpoint_every=10)
+QUICK_SAMPLE = 16  # the quick run's evaluation: the sample set's first 16 (every attribute value), not its 80
 
 
 @toy_app.command("train")
@@ -34,7 +35,8 @@ def train(
                                           "engine/toy/weights replaces the built-in model.")] = Path("toy-model"),
     work: Annotated[Path, typer.Option("--work", help="Checkpoints and the loss log; rerun with the same folder to "
                                        "resume a killed run.")] = Path(".toy-train"),
-    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage, judged on "
+                                        f"{QUICK_SAMPLE} videos).")] = False,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Default: the committed model's seed.")] = None,
     evaluate: Annotated[bool, typer.Option(help="Judge the result and write references and the model card.")] = True,
 ) -> None:
@@ -62,10 +64,11 @@ def train(
     if not evaluate:
         return
     from jobs.quality.card import evaluate_toy, write_card
+    from jobs.quality.sample import SAMPLE_SIZE
 
     evaluation_started = time.monotonic()
     try:
-        results = evaluate_toy(Settings.from_env(), out_dir)
+        results = evaluate_toy(Settings.from_env(), out_dir, QUICK_SAMPLE if quick else SAMPLE_SIZE)
     except ReelbatchError as exc:
         fail(exc)
     write_card(out_dir / "README.md", config=config, progress=progress, results=results,
@@ -88,7 +91,8 @@ def distill(
         "toy-fast-model"),
     work: Annotated[Path, typer.Option("--work", help="Teacher samples, checkpoints and the loss log; rerun with the "
                                        "same folder to resume a killed run.")] = Path(".toy-distill"),
-    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage, judged on "
+                                        f"{QUICK_SAMPLE} videos).")] = False,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Default: the committed student's seed.")] = None,
     evaluate: Annotated[bool, typer.Option(help="Judge the student against `toy`, record its gate, write its "
                                            "card.")] = True,

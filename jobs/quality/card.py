@@ -35,13 +35,13 @@ class ToyResults:
     parameters: dict[str, int]
 
 
-def evaluate_toy(settings: Settings, folder: Path) -> ToyResults:
-    """Render the sample set with the weights in `folder` in exact mode and save those frames as its references, then
-    run the quality check against them with the configured engine (a second render, so it also measures how far the
-    engine's optimisations move the output)."""
+def evaluate_toy(settings: Settings, folder: Path, count: int = SAMPLE_SIZE) -> ToyResults:
+    """Render the first `count` cases of the sample set with the weights in `folder` in exact mode and save those
+    frames as its references, then run the quality check against them with the configured engine (a second render,
+    so it also measures how far the engine's optimisations move the output)."""
     registry = Registry({"tiny": TINY, "toy": dataclasses.replace(TOY, path=folder)})
     shape, fps = native_shape(registry, "toy")
-    cases = sample_set(SAMPLE_SIZE)
+    cases = sample_set(count)
     # References come from exact mode: diffusers' own arithmetic, every lossless-in-intent optimisation off.
     exact = Engine(settings.engine_config().exact(), registry)
     save_references(folder / REFERENCES, shape, cases, render_cases(exact, shape, cases, batch=8))
@@ -50,13 +50,14 @@ def evaluate_toy(settings: Settings, folder: Path) -> ToyResults:
     pipe = engine.pipeline("toy")
     parameters = {name: sum(p.numel() for p in getattr(pipe, name).parameters())
                   for name in ("vae", "transformer", "text_encoder")}
-    return ToyResults(vae=vae_adherence(pipe.vae, shape, fps), quality=quality, parameters=parameters)
+    return ToyResults(vae=vae_adherence(pipe.vae, shape, fps, count), quality=quality, parameters=parameters)
 
 
-def vae_adherence(vae, shape, fps: int) -> dict[str, float]:
-    """Encode and decode world clips of the sample set (as the pipeline decodes: clamped), then judge the MP4s."""
+def vae_adherence(vae, shape, fps: int, count: int = SAMPLE_SIZE) -> dict[str, float]:
+    """Encode and decode world clips of the sample set's first `count` cases (as the pipeline decodes: clamped), then
+    judge the MP4s."""
     pairs = []
-    for case in sample_set(SAMPLE_SIZE):
+    for case in sample_set(count):
         spec = sample_spec(case.seed, width=shape.width, height=shape.height, **parse_prompt(case.prompt))
         pairs.append((case.prompt, render_clip(spec, frames=shape.frames, width=shape.width, height=shape.height)))
     judged = []
@@ -119,7 +120,8 @@ Settings:
 
 ## Evaluation
 
-{q.count} prompt/seed pairs (`jobs/quality.py`'s sample set: each of the 80 prompts once), judged from pixels after
+{q.count} prompt/seed pairs (the first {q.count} of `jobs/quality/sample.py`'s sample set, whose 80 hold each prompt once
+and any 16 in a row every attribute value), judged from pixels after
 H.264 encoding and decoding (`engine/toy/judge.py`). "VAE" is the autoencoder's reconstruction of clips drawn by the
 world; "generated" is the full pipeline from the prompt, at the native shape above.
 

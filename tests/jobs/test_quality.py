@@ -77,6 +77,10 @@ def test_training_writes_a_model_card_with_its_scores(quick_toy):
     card = (quick_toy.root / "out" / "README.md").read_text()
     assert "# Model card: `toy`" in card and "| stage | minutes | last loss |" in card
     assert "| colour |" in card and "| all_four |" in card and "meet the targets: no" in card
+    # --quick judges the sample set's first 16 (every attribute value) and stores those as its references.
+    assert "16 prompt/seed pairs (the first 16 of" in card
+    with np.load(quick_toy.root / "out" / "references.npz") as references:
+        assert references["frames"].shape == (16, 9, 32, 32, 3)
 
 
 def test_the_contact_sheet_shows_each_video_as_decoded(reelbatch, quick_toy, model_cache, tmp_path):
