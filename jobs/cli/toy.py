@@ -91,8 +91,7 @@ def distill(
         "toy-fast-model"),
     work: Annotated[Path, typer.Option("--work", help="Teacher samples, checkpoints and the loss log; rerun with the "
                                        "same folder to resume a killed run.")] = Path(".toy-distill"),
-    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage, judged on "
-                                        f"{QUICK_SAMPLE} videos).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage).")] = False,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Default: the committed student's seed.")] = None,
     evaluate: Annotated[bool, typer.Option(help="Judge the student against `toy`, record its gate, write its "
                                            "card.")] = True,
