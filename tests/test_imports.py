@@ -45,11 +45,13 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("engine.toy",),
     ("jobs.quality",),
     ("jobs.bench",),
-    # The command line joins everything; the entry points stand on it.
-    ("jobs.cli",),
-    # The HTTP API teams share: it calls the commands' own functions (what `submit`, `estimate`, `cancel` do), so it
-    # stands on the command line, and `serve` joins the two in the program's entry point.
-    ("jobs.service",),
+    # What the product does, written once (submit, estimate, status, cancel, resume, budget, reports, teams and
+    # tokens, schedules): the hall both front doors open onto.
+    ("jobs.usecases",),
+    # The two front doors, side by side and neither importing the other: the command line (typer, rich) and the
+    # HTTP API teams share (FastAPI). Each parses, calls a use case and presents its result.
+    ("jobs.cli", "jobs.service"),
+    # The program: the command line plus `serve`, joined here.
     ("jobs.main", "migrations"),
     ("jobs.__main__",),
 )
@@ -223,4 +225,12 @@ def test_the_product_stands_below_what_stands_apart():
     """Measurement and training (the toy world's training and distillation, quality, bench) on floors above every
     floor of the product, so the floor rule keeps the product from importing any of them."""
     assert max(FLOOR[p] for p in PRODUCT) < min(FLOOR[p] for p in APART)
-    assert set(PRODUCT) | set(APART) | {"jobs.cli", "jobs.service", "jobs.main", "jobs.__main__", "migrations"} == set(FLOOR)
+    assert set(PRODUCT) | set(APART) | {"jobs.usecases", "jobs.cli", "jobs.service", "jobs.main", "jobs.__main__",
+                                          "migrations"} == set(FLOOR)
+
+
+def test_neither_front_door_imports_the_other():
+    """The command line and the HTTP API both stand on the use cases; neither reaches into the other's modules."""
+    crossing = [i for i in IMPORTS
+                if {package_of(i.source), package_of(i.target)} == {"jobs.cli", "jobs.service"}]
+    assert not crossing, "\n".join(str(i) for i in crossing)

@@ -13,17 +13,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import typer
 from rich.console import Console
-from rich.progress import TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from jobs.errors import ReelbatchError
 from jobs.reports.text import literal, visible
+from jobs.usecases.feedback import Feedback
 
-__all__ = ["err", "fail", "literal", "out", "progress_text", "visible"]
+__all__ = ["ShownFeedback", "err", "fail", "literal", "out", "progress_text", "visible"]
 
 
 # Writing to a pipe or a file, Rich would lay tables out in 80 columns and cut or fold long cells; there is no screen
@@ -51,6 +53,22 @@ err = _LiteralConsole(stderr=True)
 def progress_text() -> TextColumn:
     """A progress bar's description column: bold, never read as markup (pass descriptions through `visible`)."""
     return TextColumn("{task.description}", style="bold", markup=False)
+
+
+class ShownFeedback(Feedback):
+    """A use case's feedback on stderr: a phase as a spinner, a count as a progress bar."""
+
+    @contextmanager
+    def phase(self, text: str) -> Iterator[None]:
+        with err.status(literal(text)):
+            yield
+
+    @contextmanager
+    def count(self, text: str, total: int):
+        columns = (progress_text(), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=err) as bar:
+            task = bar.add_task(visible(text), total=total)
+            yield lambda n: bar.advance(task, n)
 
 
 def fail(exc: ReelbatchError) -> None:

@@ -10,10 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from jobs.cli.console import fail, out
-from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError
-from jobs.notify.outbox import NotificationInfo, notifications
+from jobs.notify.outbox import NotificationInfo
 from jobs.settings import Settings
+from jobs.usecases.notifications import notifications
 
 
 def notifications_cmd(
@@ -23,7 +23,7 @@ def notifications_cmd(
     """Each webhook notification of RUN (one per finish: a resume starts another), its state and every attempt:
     when, from which worker, the answer (a status code or the error) and how long it took."""
     try:
-        rows = notifications(session_factory(Settings.from_env().database_url), run)
+        rows = notifications(Settings.from_env(), run)
     except ReelbatchError as exc:
         fail(exc)
     if json_:

@@ -4,30 +4,17 @@ it; and a run's cost cap changed while it runs."""
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Column, Table
-from sqlalchemy.engine import make_url
 
-from jobs.cli.console import err, fail, out
-from jobs.cli.submit import JsonOpt, ManifestArg, ModelOpt, NameOpt, OutputOpt, SetOpt, check_signable
-from jobs.cost import profiles
-from jobs.cost.estimate import Estimator
-from jobs.cost.forecast import estimate as forecast
-from jobs.cost.projection import alive_workers, queued
-from jobs.db import limits
-from jobs.db.base import utcnow
-from jobs.db.connect import session_factory
-from jobs.errors import ReelbatchError, UsageError
-from jobs.manifest import load_manifest
-from jobs.manifest.fields import check_max_cost
-from jobs.manifest.values import FieldError
-from jobs.manifest.yaml_read import yaml_scalar
+from jobs.cli.console import ShownFeedback, fail, out
+from jobs.cli.submit import JsonOpt, ManifestArg, ModelOpt, NameOpt, OutputOpt, SetOpt, options
+from jobs.errors import ReelbatchError
 from jobs.settings import Settings
-from jobs.work.deadlines import LOST_AFTER_LEASES
+from jobs.usecases import runs
+from jobs.usecases.estimate import estimate_manifest
 
 GpusOpt = Annotated[Optional[int], typer.Option(
     "--gpus", min=1, max=100000, help="GPUs to finish on (default: the workers alive now).")]
@@ -38,44 +25,14 @@ def estimate(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None
     """Check a manifest as `submit` does and write nothing: its videos, GPU seconds, cost (GPU, storage, egress) and
     time to finish on N GPUs, per shape and in total, each shape with the basis of its numbers."""
     try:
-        data = estimate_manifest(Settings.from_env(), manifest, name, model, output, set_, gpus)
+        data = estimate_manifest(Settings.from_env(), manifest, options(name, model, output, set_), gpus,
+                                 feedback=ShownFeedback())
     except ReelbatchError as exc:
         fail(exc)
     if json_:
         out.print_json(json.dumps(data))
     else:
         print_estimate(data)
-
-
-def estimate_manifest(settings: Settings, manifest: Path, name, model, output, sets, gpus,
-                      quiet: bool = False) -> dict:
-    """What `estimate` prints, for it and for the HTTP API (jobs.service); writes nothing. `quiet`: no spinner."""
-    with nullcontext() if quiet else err.status(f"validating {manifest}"):
-        spec = load_manifest(manifest, registry=settings.registry(), name=name, model=model, output=output,
-                             sets=sets or (), policy=settings.manifest)
-    check_signable(settings, manifest, spec)
-    bench = profiles.load(settings.engine.cache_dir)
-    now = utcnow()
-    factory = _ledger(settings.database_url)
-    kwargs = dict(rate=settings.prices.gpu, storage=settings.prices.storage, now=now)
-    if factory is None:
-        data = forecast(spec, Estimator(None, bench), workers=gpus or 0,
-                        workers_source="--gpus" if gpus else "no database yet, so no worker", queue=[], **kwargs)
-    else:
-        with factory() as s:
-            alive = alive_workers(s, now, LOST_AFTER_LEASES * settings.limits.lease_s)
-            data = forecast(spec, Estimator(s, bench), workers=gpus or alive,
-                            workers_source="--gpus" if gpus else "workers alive now", queue=queued(s), **kwargs)
-    return data
-
-
-def _ledger(url: str):
-    """The database's sessions; None when it is the embedded SQLite file and that does not exist yet (an estimate
-    writes nothing, not even an empty database)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).exists():
-        return None
-    return session_factory(url)
 
 
 def _money(usd: float | None) -> str:
@@ -135,29 +92,10 @@ def budget(run: Annotated[str, typer.Argument(help="Run name or id.")],
     """Set a run's cost cap (max_cost_usd). Its videos the old cap cancelled go back in the queue; nothing stored
     changes."""
     try:
-        change, cap = change_budget(Settings.from_env(), run, usd)
+        change = runs.change_budget(Settings.from_env(), run, runs.parse_usd(usd))
     except ReelbatchError as exc:
         fail(exc)
+    cap = change.max_cost_usd
     cap_text = "no cap" if cap is None else f"max_cost_usd ${cap:g}"
     back = f"; {change.requeued} videos cancelled for the budget are back in the queue" if change.requeued else ""
     out.print(f"run {change.name}: {cap_text} (charged ${change.charged_usd:.6f} so far){back}", highlight=False)
-
-
-def change_budget(settings: Settings, run: str, usd: str):
-    """What `budget` does, for it and for the HTTP API (jobs.service): (the change, the new cap or None)."""
-    cap = None if usd.strip().lower() == "none" else _usd(usd)
-    change = limits.set_budget(session_factory(settings.database_url), run, cap)
-    if change.requeued:
-        from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
-        from jobs.work.tickets import send_tickets
-
-        send_tickets(create_app(settings), change.requeued)
-    return change, cap
-
-
-def _usd(raw: str) -> float:
-    try:
-        value, text = yaml_scalar(raw)
-        return check_max_cost(value, text)
-    except FieldError as exc:
-        raise UsageError(f"USD: {exc}") from None

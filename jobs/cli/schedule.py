@@ -12,19 +12,15 @@ from typing import Annotated, Optional
 import typer
 
 from jobs.cli.console import fail, literal, out
-from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError
 from jobs.settings import Settings
-from jobs.work.schedules import FiringResult, ScheduleInfo, add_schedule, list_schedules, remove_schedule
+from jobs.usecases import schedules
+from jobs.work.schedules import FiringResult, ScheduleInfo
 
 schedule_app = typer.Typer(help="Manifests submitted on a cron schedule (UTC); `reelbatch beat` fires them.",
                            no_args_is_help=True)
 
 NameArg = Annotated[str, typer.Argument(help="Schedule name; each firing's run is named NAME-YYYYmmddTHHMMSSZ.")]
-
-
-def _factory():
-    return session_factory(Settings.from_env().database_url)
 
 
 def _when(t: datetime | None) -> str:
@@ -43,9 +39,7 @@ def add(
 ) -> None:
     """Add a schedule: at each cron time a worker submits the manifest as run NAME-YYYYmmddTHHMMSSZ."""
     try:
-        settings = Settings.from_env()
-        info = add_schedule(session_factory(settings.database_url), name, manifest, cron, notify=notify,
-                            settings=settings)
+        info = schedules.add_schedule(Settings.from_env(), name, manifest, cron, notify=notify)
     except ReelbatchError as exc:
         fail(exc)
     hook = f"; each run notifies {info.notify}" if info.notify else ""
@@ -58,7 +52,7 @@ def list_(json_: Annotated[bool, typer.Option("--json", help="Print JSON for scr
           ) -> None:
     """Schedules, their next fire time and their last firing's outcome (with its errors if it failed)."""
     try:
-        rows = list_schedules(_factory())
+        rows = schedules.list_schedules(Settings.from_env())
     except ReelbatchError as exc:
         fail(exc)
     if json_:
@@ -102,7 +96,7 @@ def _schedule_dict(r: ScheduleInfo) -> dict:
 def remove(name: NameArg) -> None:
     """Remove a schedule and its firing history. The runs it made stay."""
     try:
-        remove_schedule(_factory(), name)
+        schedules.remove_schedule(Settings.from_env(), name)
     except ReelbatchError as exc:
         fail(exc)
     out.print(f"schedule {name} removed", highlight=False)
@@ -118,7 +112,7 @@ def beat(
     """
     try:
         settings = Settings.from_env()
-        session_factory(settings.database_url)  # refuse to start against a schema this code does not know
+        schedules.check_database(settings)  # refuse to start against a schema this code does not know
     except ReelbatchError as exc:
         fail(exc)
     from jobs.work.app import create_app  # here, not at the top: Celery only for the command that runs the beat

@@ -11,18 +11,17 @@ import typer
 from rich.table import Table
 
 from jobs.cli.console import emit_json, fail, out
-from jobs.db import teams
-from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError
 from jobs.settings import Settings
+from jobs.usecases import teams
 
 team_app = typer.Typer(help="Teams that share the fleet: their shares and quotas.", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens: each names one team.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")]
 
 
-def _factory():
-    return session_factory(Settings.from_env().database_url)
+def _settings() -> Settings:
+    return Settings.from_env()
 
 
 @team_app.command("add")
@@ -36,7 +35,7 @@ def team_add(
 ) -> None:
     """Add a team, or set an existing team's share and quotas (the same command again changes nothing)."""
     try:
-        team = teams.add_team(_factory(), name, share, max_gpus, monthly_usd)
+        team = teams.add_team(_settings(), name, share, max_gpus, monthly_usd)
     except ReelbatchError as exc:
         fail(exc)
     out.print(f"team {team.id} {team.name}: share {team.share:g}, max GPUs {_limit(team.max_gpus)}, monthly "
@@ -47,7 +46,7 @@ def team_add(
 def team_list(json_: JsonOpt = False) -> None:
     """Every team with its share and quotas."""
     try:
-        rows = teams.list_teams(_factory())
+        rows = teams.list_teams(_settings())
     except ReelbatchError as exc:
         fail(exc)
     if json_:
@@ -67,22 +66,20 @@ def _limit(value, unit: str = "") -> str:
 def token_create(team: Annotated[str, typer.Option("--team", help="The team the token acts for.")]) -> None:
     """Make a token for a team and print its secret, once: it is stored only as a hash and cannot be shown again."""
     try:
-        token_id, secret = teams.create_token(_factory(), team)
+        token = teams.create_token(_settings(), team)
     except ReelbatchError as exc:
         fail(exc)
-    out.print(f"token {token_id} for team {team}; its secret (shown only now):", highlight=False)
-    out.print(secret, highlight=False)
+    out.print(f"token {token.id} for team {team}; its secret (shown only now):", highlight=False)
+    out.print(token.secret, highlight=False)
 
 
 @token_app.command("list")
 def token_list(json_: JsonOpt = False) -> None:
     """Every token's id, team, creation and revocation (never a secret)."""
     try:
-        rows = teams.list_tokens(_factory())
+        data = [t.as_dict() for t in teams.list_tokens(_settings())]
     except ReelbatchError as exc:
         fail(exc)
-    data = [{"id": t.id, "team": t.team, "created_at": t.created_at.isoformat(),
-             "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None} for t in rows]
     if json_:
         emit_json({"tokens": data})
         return
@@ -96,7 +93,7 @@ def token_list(json_: JsonOpt = False) -> None:
 def token_revoke(token_id: Annotated[int, typer.Argument(help="The token's id (see `reelbatch token list`).")]) -> None:
     """Revoke a token: requests bearing it are refused (401) from now on. Idempotent."""
     try:
-        live = teams.revoke_token(_factory(), token_id)
+        live = teams.revoke_token(_settings(), token_id)
     except ReelbatchError as exc:
         fail(exc)
     out.print(f"token {token_id} revoked" if live else f"token {token_id} was already revoked")

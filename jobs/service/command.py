@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import sys
+
 import typer
 
-from jobs.cli.console import err, fail
 from jobs.errors import ReelbatchError
 from jobs.settings import Settings
 
@@ -33,7 +34,9 @@ def serve(
         app = create_app(Settings.from_env(), ServiceConfig(max_body_bytes=max_body_bytes,
                                                             submits_per_minute=submits_per_minute))
     except ReelbatchError as exc:
-        fail(exc)
-    err.print(f"reelbatch serving on http://{host}:{port}/ (API description: /openapi.json)", highlight=False)
+        print(exc, file=sys.stderr)  # a user error: its message, no traceback
+        raise typer.Exit(exc.exit_code) from None
+    print(f"reelbatch serving on http://{host}:{port}/ (API description: /openapi.json)", file=sys.stderr,
+          flush=True)
     uvicorn.run(app, host=host, port=port, proxy_headers=True, forwarded_allow_ips=forwarded_allow_ips,
                 log_level="info", server_header=False)

@@ -3,8 +3,8 @@ options as query parameters (name, model, output, notify, set (repeatable), new_
 
 The manifest is the body: YAML (Content-Type application/yaml) or JSONL (application/jsonl), or a multipart upload
 whose `manifest` part names its file. It is written to a private temporary folder under the name it was sent with
-(`filename=`, else manifest.yaml / manifest.jsonl) and read by the CLI's own functions, so every rule and every
-FILE:LINE message is the CLI's; the folder is removed afterwards. Relative image paths therefore resolve to nothing
+(`filename=`, else manifest.yaml / manifest.jsonl) and read by the use cases the CLI calls too (jobs.usecases),
+so every rule and every FILE:LINE message is the CLI's; the folder is removed afterwards. Relative image paths therefore resolve to nothing
 on the server: name images by URI under REELBATCH_ALLOWED_INPUTS."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from jobs.cli.plan import estimate_manifest
-from jobs.cli.submit import submit_manifest
 from jobs.db.teams import TeamInfo
 from jobs.manifest.specs import ManifestError, ManifestIssue
 from jobs.service.auth import caller
+from jobs.usecases.estimate import estimate_manifest
+from jobs.usecases.submit import Options, submit_manifest
 
 router = APIRouter(prefix="/v1", tags=["submit"])
 
@@ -82,8 +82,8 @@ async def submit(request: Request, team: Team, name: Optional[str] = None, model
     settings = request.app.state.settings
 
     def work(path: Path):
-        return submit_manifest(settings, path, name, model, output, set_, notify, new_run, team_id=team.id,
-                               source=f"http: team {team.name}, {filename}", quiet=True)
+        return submit_manifest(settings, path, Options(name, model, output, tuple(set_ or ()), notify),
+                               new_run=new_run, team_id=team.id, source=f"http: team {team.name}, {filename}")
 
     s = await run_in_threadpool(_read, work, filename, data)
     return JSONResponse({"run_id": s.run_id, "name": s.name, "videos": s.videos, "created": s.created,
@@ -98,5 +98,6 @@ async def estimate(request: Request, team: Team, name: Optional[str] = None, mod
                    filename: Optional[str] = None) -> dict:
     filename, data = await _manifest(request, filename)
     settings = request.app.state.settings
-    return await run_in_threadpool(_read, lambda path: estimate_manifest(settings, path, name, model, output, set_,
-                                                                         gpus, quiet=True), filename, data)
+    options = Options(name, model, output, tuple(set_ or ()))
+    return await run_in_threadpool(_read, lambda path: estimate_manifest(settings, path, options, gpus),
+                                   filename, data)

@@ -1,0 +1,44 @@
+"""Estimate: what a manifest will cost and when it will be done, checked as a submission is; writes nothing, not
+even an empty database. What `reelbatch estimate` and POST /v1/estimate answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from jobs.cost import profiles
+from jobs.cost.estimate import Estimator
+from jobs.cost.forecast import estimate as forecast
+from jobs.cost.projection import alive_workers, queued
+from jobs.db.base import utcnow
+from jobs.db.connect import session_factory
+from jobs.settings import Settings
+from jobs.usecases.feedback import SILENT, Feedback
+from jobs.usecases.submit import Options, read_manifest
+from jobs.work.deadlines import LOST_AFTER_LEASES
+
+
+def estimate_manifest(settings: Settings, manifest: Path, options: Options = Options(), gpus: int | None = None,
+                      feedback: Feedback = SILENT) -> dict:
+    """The estimate's data (`estimate --json`): per shape and in total, each shape with the basis of its numbers."""
+    spec = read_manifest(settings, manifest, options, feedback)
+    bench = profiles.load(settings.engine.cache_dir)
+    now = utcnow()
+    factory = _ledger(settings.database_url)
+    kwargs = dict(rate=settings.prices.gpu, storage=settings.prices.storage, now=now)
+    if factory is None:
+        return forecast(spec, Estimator(None, bench), workers=gpus or 0,
+                        workers_source="--gpus" if gpus else "no database yet, so no worker", queue=[], **kwargs)
+    with factory() as s:
+        alive = alive_workers(s, now, LOST_AFTER_LEASES * settings.limits.lease_s)
+        return forecast(spec, Estimator(s, bench), workers=gpus or alive,
+                        workers_source="--gpus" if gpus else "workers alive now", queue=queued(s), **kwargs)
+
+
+def _ledger(url: str):
+    """The database's sessions; None when it is the embedded SQLite file and that does not exist yet."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).exists():
+        return None
+    return session_factory(url)

@@ -1,0 +1,90 @@
+"""Submit: a manifest checked completely, recorded as a run with its videos and work units in one transaction, and
+its work queued as tickets. What `reelbatch submit`, `reelbatch run` and POST /v1/runs do."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.db import submission
+from jobs.db.connect import session_factory
+from jobs.errors import UsageError
+from jobs.manifest import load_manifest
+from jobs.manifest.specs import RunSpec
+from jobs.settings import Settings
+from jobs.usecases.feedback import SILENT, Feedback
+
+# A manifest with at least this many videos reports its recording and queueing as counts.
+PROGRESS_FROM_VIDEOS = 100
+
+
+@dataclass(frozen=True)
+class Options:
+    """The run options both doors take (the CLI's flags, the API's query parameters); None: the manifest's own."""
+
+    name: str | None = None
+    model: str | None = None
+    output: str | None = None
+    sets: tuple[str, ...] = ()
+    notify: str | None = None
+
+
+def check_signable(settings: Settings, manifest: Path, spec: RunSpec) -> None:
+    """A run with `notify` needs the secret its deliveries are signed with: refused without it (by `estimate` too,
+    which checks as `submit` does)."""
+    if spec.notify is not None and settings.webhooks.secret is None:
+        raise UsageError(f"{manifest}: notify {spec.notify!r}: REELBATCH_WEBHOOK_SECRET is not set, so its "
+                         "deliveries could not be signed; set it here and on every worker")
+
+
+def read_manifest(settings: Settings, manifest: Path, options: Options, feedback: Feedback = SILENT) -> RunSpec:
+    """The manifest checked as every way in checks it (the settings' policy), with the options applied."""
+    with feedback.phase(f"validating {manifest}"):
+        spec = load_manifest(manifest, registry=settings.registry(), name=options.name, model=options.model,
+                             output=options.output, notify=options.notify, sets=options.sets,
+                             policy=settings.manifest)
+    check_signable(settings, manifest, spec)
+    return spec
+
+
+def check_gates(settings: Settings, spec: RunSpec, named_by: str, embedded: bool) -> None:
+    """Refuse, before anything is written, a run no worker would claim: a lossy setting or a distilled model with no
+    passing quality gate, or a precision this device cannot render. `embedded`: `run`'s own worker renders here with
+    this process's settings, so this device's precision is checked too."""
+    registration = settings.registry().get(spec.model)
+    precision = registration.precision or settings.engine.precision
+    text_precision = registration.text_encoder_precision  # engine.precision.text_encoder_mode
+    if (settings.engine_config().lossy() or registration.teacher
+            or (embedded and (precision != "auto" or text_precision is not None))):
+        from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked
+
+        # Workers refuse to claim what has no passing gate (jobs.render.serving.gated_models): one message here.
+        gated_engine(settings, settings.registry(), spec.model, named_by=named_by)
+    elif precision not in ("auto", "fp32", "bf16") or text_precision not in (None, "auto", "fp32", "bf16"):
+        from jobs.quality.evaluate import check_submitted_precision  # here: torch only when a gate is checked
+
+        check_submitted_precision(settings, settings.registry(), spec.model)
+
+
+def submit_manifest(settings: Settings, manifest: Path, options: Options = Options(), *, new_run: bool = False,
+                    team_id: int | None = None, source: str | None = None, embedded: bool = False,
+                    feedback: Feedback = SILENT) -> submission.Submitted:
+    """Check the manifest, record the run for `team_id` (None: the default team), queue its work. `source`: what
+    the run says it came from (default: the manifest's path)."""
+    spec = read_manifest(settings, manifest, options, feedback)
+    if source is not None:
+        spec = dataclasses.replace(spec, source=source)
+    check_gates(settings, spec, named_by=str(manifest), embedded=embedded)
+    factory = session_factory(settings.database_url)
+    shown = feedback if len(spec.videos) >= PROGRESS_FROM_VIDEOS else SILENT
+    with shown.count(f"recording {spec.name}", len(spec.videos)) as advance:
+        submitted = submission.submit_run(factory, spec, output=spec.output, new_run=new_run, team_id=team_id)
+        advance(len(spec.videos))
+    if submitted.pending_units:
+        from jobs.work.app import create_app  # here, not at the top: Celery is only for use cases that queue
+        from jobs.work.tickets import MAX_TICKETS, send_tickets
+
+        with shown.count(f"queueing {submitted.name}", min(submitted.pending_units, MAX_TICKETS)) as advance:
+            send_tickets(create_app(settings), submitted.pending_units, submitted.model, on_sent=lambda: advance(1))
+    return submitted
