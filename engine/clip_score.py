@@ -4,7 +4,7 @@
 CLIP score (Hessel et al. 2021, CLIPScore without its 2.5 weight; "CLIPSIM" in text-to-video papers x 100): for
 each sampled frame, max(100 x cos(image embedding, text embedding), 0); a video's score is the mean over FRAMES
 frames spread evenly from first to last, and a set's the mean over its videos. It is compared only between a
-student and its teacher on the same prompts and seeds (engine.gates.CLIP_MARGIN), never against a fixed level:
+student and its teacher on the same prompts and seeds (engine.gate_rules.CLIP_MARGIN), never against a fixed level:
 scores move with the CLIP model, the resolution and the prompts' style.
 """
 

@@ -1,5 +1,5 @@
 """Reference-free measures of a set of videos, as a distilled registration's gate compares them with its teacher's
-on the same prompts and seeds (engine.gates.judge_distilled): flicker, motion, blank frames and frozen videos.
+on the same prompts and seeds (engine.gate_rules.judge_distilled): flicker, motion, blank frames and frozen videos.
 
 Each takes raw uint8 (F, H, W, 3) frames and is plain numpy, so a check after every render can share them. Each is
 compared with the teacher's figure on the same sample, never with a fixed level: a still prompt ("a bowl of fruit on

@@ -59,7 +59,7 @@ class ModelInfo:
     builtin: bool = False
     # A few-step variant of the folder (engine.registration): LoRA adapters fused at load (each into its expert), a
     # sampler replacing the folder's scheduler, a light decoder replacing the VAE's, and the registration it was
-    # distilled from, which its quality gate is measured against (engine.gates.judge_distilled).
+    # distilled from, which its quality gate is measured against (engine.gate_rules.judge_distilled).
     adapters: tuple[Adapter, ...] = ()
     sampler: Sampler | None = None
     decoder: Path | None = None

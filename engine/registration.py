@@ -7,7 +7,7 @@
   adapters are published in high-noise and low-noise pairs, both files naming their tensors `transformer.*`.
 - `sampler`: a diffusers scheduler by name, with its shift, replacing the folder's.
 - `decoder`: a light VAE decoder folder (engine.light_decoder) used instead of the VAE's decoder.
-- `teacher`: the registration a distilled one is judged against (engine.gates.judge_distilled).
+- `teacher`: the registration a distilled one is judged against (engine.gate_rules.judge_distilled).
 - `clip`: a CLIP folder (engine.clip_score) whose score reads prompt adherence in that gate beyond the toy world.
 
 Every check reads file headers and configs only (a safetensors header is its first 8 + n bytes), never weights, and

@@ -6,7 +6,7 @@ What each measures, and where it comes from:
 - blank: the fraction of frames that are blank. A frame is blank when at least 98% of its pixels are black (BT.709
   luma at or under 10% of full scale), ffmpeg blackdetect's `picture_black_ratio_th` 0.98 and `pixel_black_th` 0.10,
   or when it is flat (its pixels' standard deviation, every channel, under 2 levels of 255: one colour, whatever it
-  is; engine.gates.BLANK_STD, the distilled gate's blank frame).
+  is; engine.gate_measures.BLANK_STD, the distilled gate's blank frame).
 - frozen: the longest stretch of frames with no change, as a fraction of the video's frames. A step between two
   frames is "no change" when their mean absolute difference is at most 0.001 of full scale, ffmpeg freezedetect's
   default noise tolerance (-60 dB).
@@ -36,7 +36,7 @@ import numpy as np
 BLACK_PIXEL = 0.10 * 255
 BLACK_RATIO = 0.98
 # A frame whose pixels vary by less than this (standard deviation over every channel, levels of 255) is one flat
-# colour: blank too. engine.gates.BLANK_STD, so this check and the distilled gate call the same frames blank.
+# colour: blank too. engine.gate_measures.BLANK_STD, so this check and the distilled gate call the same frames blank.
 FLAT_STD = 2.0
 # ffmpeg freezedetect's default noise tolerance, -60 dB: 0.001 of full scale, as a mean absolute difference.
 FROZEN_NOISE = 0.001 * 255

@@ -81,7 +81,7 @@ blotches, engine.toy.judge), more than 2 points below the teacher's.
 |---|---|---|---|
 {rows}
 
-Distilled gate (engine.gates.judge_distilled): {'passed' if g.passed else 'failed: ' + '; '.join(g.failures)}.
+Distilled gate (engine.gate_rules.judge_distilled): {'passed' if g.passed else 'failed: ' + '; '.join(g.failures)}.
 Flicker (mean change between frames, uint8 levels) {g.flicker:.2f} against the teacher's {g.teacher_flicker:.2f};
 blank frames {g.blank_frames} (teacher {g.teacher_blank_frames}). PSNR against the teacher's renders of the same
 seeds, reported, not required (another model draws other pixels from the same noise): mean {g.psnr_db_mean:.1f} dB,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import gates
+from engine import gate_rules, gates
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.metrics import psnr, ssim
@@ -103,7 +103,7 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
     render_sample(exact_engine, warm, batch)  # warm-up: model loaded, caches filled
     exact_s, exact_videos = timed(exact_engine)
     exact_adherence = judged_adherence(sample, exact_videos)
-    exact_measures = gates.Measured.of(exact_videos)  # flicker, motion, blank frames, frozen videos
+    exact_measures = gate_rules.Measured.of(exact_videos)  # flicker, motion, blank frames, frozen videos
     exact_times = [exact_s]
     first = sample.items[0]
     shape = {"width": first.shape.width, "height": first.shape.height, "frames": first.shape.frames,
@@ -121,13 +121,13 @@ def run_quality_bench(settings: Settings, model: str, candidates: list[str], *, 
         psnrs = [psnr(v, e) for v, e in zip(videos, exact_videos)]
         ssims = [ssim(v, e) for v, e in zip(videos, exact_videos)]
         measured, read_right = judged(sample, videos)
-        mine = gates.Measured.of(videos)
+        mine = gate_rules.Measured.of(videos)
         gate = gates.Gate(
             model=model, identity=identity, setting=setting, count=len(sample), batch=batch,
             speedup=min(exact_times[-2:]) / seconds, psnr_db_min=float(min(psnrs)), psnr_db_mean=float(np.mean(psnrs)),
             ssim_min=float(min(ssims)), adherence=measured, exact_adherence=exact_adherence,
             measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            failures=gates.judge(measured, exact_adherence, float(np.mean(psnrs)), ssims, mine, exact_measures,
+            failures=gate_rules.judge(measured, exact_adherence, float(np.mean(psnrs)), ssims, mine, exact_measures,
                                  read_right),
             sample=sample.label, flicker=mine.flicker, teacher_flicker=exact_measures.flicker,
             blank_frames=mine.blank, teacher_blank_frames=exact_measures.blank, motion=mine.motion,

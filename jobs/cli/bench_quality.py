@@ -98,7 +98,7 @@ def bench_quality(model: str, setting: list[str] | None, count: int, batch: int,
 
 def print_distilled(r: DistilledJudgement) -> None:
     g = r.gate
-    from engine.gates import CLIP_MARGIN, MOTION_RATIO
+    from engine.gate_rules import CLIP_MARGIN, MOTION_RATIO
 
     out.print(Text.assemble(("bench quality", "bold"),
                             f" {g.model} against its teacher {g.teacher}: {g.count} videos each ({g.sample}); "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import gates
+from engine import gate_rules, gates
 from engine.clip_score import ClipScorer
 from engine.engine import Engine
 from engine.models import Registry
@@ -38,7 +38,7 @@ class DistilledJudgement:
     gate: gates.Gate
     student_s: float  # rendering the set, after a warm-up batch
     teacher_s: float
-    flicker_ratio: float = gates.FLICKER_RATIO
+    flicker_ratio: float = gate_rules.FLICKER_RATIO
 
     def to_dict(self) -> dict:
         return {"gate": self.gate.to_dict(), "student_s": self.student_s, "teacher_s": self.teacher_s,

@@ -1,10 +1,10 @@
-"""A distilled registration's gate (engine.gates.judge_distilled): adherence against the teacher's, blank frames and
+"""A distilled registration's gate (engine.gate_rules.judge_distilled): adherence against the teacher's, blank frames and
 flicker; and the engine refusing a registration that names a teacher until a passing gate is recorded for it."""
 
 import numpy as np
 import pytest
 
-from engine import gates
+from engine import gate_measures, gate_rules, gates
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.gates import UngatedSetting
@@ -16,7 +16,7 @@ TEACHER = {"colour": 1.0, "shape": 0.825, "direction": 0.9625, "background": 1.0
 
 
 def judge(adherence, flicker=4.0, teacher_flicker=4.0, blank=0, teacher_blank=0):
-    return gates.judge_distilled(adherence, TEACHER, flicker_=flicker, teacher_flicker=teacher_flicker, blank=blank,
+    return gate_rules.judge_distilled(adherence, TEACHER, flicker_=flicker, teacher_flicker=teacher_flicker, blank=blank,
                                  teacher_blank=teacher_blank)
 
 
@@ -28,7 +28,7 @@ def test_two_points_below_the_teacher_passes_and_one_verdict_more_fails():
     assert judge({"colour": 1.0, "shape": 0.9, "direction": 0.9375, "background": 1.0}) == [
         "direction adherence 93.8% is more than 2% below the teacher's 96.2%"]
     # All four at once is not an attribute: reported, not gated.
-    assert gates.judge_distilled({**TEACHER, "all_four": 0.70}, {**TEACHER, "all_four": 0.79}, flicker_=1.0,
+    assert gate_rules.judge_distilled({**TEACHER, "all_four": 0.70}, {**TEACHER, "all_four": 0.79}, flicker_=1.0,
                                  teacher_flicker=1.0, blank=0, teacher_blank=0) == []
 
 
@@ -45,9 +45,9 @@ def test_flicker_and_blank_frames_are_measured_as_defined():
     video[1:] = 10  # frame 0 -> 1 changes every value by 10, frame 1 -> 2 by 0: mean 5
     other = np.zeros((2, 2, 2, 3), dtype=np.uint8)
     other[1, 0] = 30  # half the pixels change by 30: 15
-    assert gates.flicker([video, other]) == pytest.approx((5.0 + 15.0) / 2)
+    assert gate_measures.flicker([video, other]) == pytest.approx((5.0 + 15.0) / 2)
     # Flat frames are blank: all three of `video`, frame 0 of `other`; frame 1 of `other` (half 0, half 30) is not.
-    assert gates.blank_frames([video, other]) == 4
+    assert gate_measures.blank_frames([video, other]) == 4
 
 
 def test_a_distilled_gate_reports_psnr_and_decides_on_adherence_and_flicker():

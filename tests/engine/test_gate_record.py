@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from engine import content_key, gates
+from engine import content_key, gate_rules, gates
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.gate_measures import flicker, frozen_videos, is_frozen, motion
@@ -39,7 +39,7 @@ def test_motion_and_frozen_videos_as_defined():
 
 def judge(**given):
     measured = dict(flicker_=4.0, teacher_flicker=4.0, blank=0, teacher_blank=0, motion_=20.0, teacher_motion=20.0)
-    return gates.judge_distilled({}, {}, **{**measured, **given})
+    return gate_rules.judge_distilled({}, {}, **{**measured, **given})
 
 
 def test_a_student_moving_less_freezing_more_or_reading_the_prompt_worse_fails():
@@ -63,14 +63,14 @@ def test_a_student_that_freezes_fails_its_gate():
 
 
 def test_each_video_must_reach_the_ssim_floor_unless_a_judge_reads_it_right():
-    assert gates.judge({}, {}, 30.0, [0.95, 0.51, 0.50]) == []
-    assert gates.judge({}, {}, 30.0, [0.95, 0.49, 0.3]) == [
+    assert gate_rules.judge({}, {}, 30.0, [0.95, 0.51, 0.50]) == []
+    assert gate_rules.judge({}, {}, 30.0, [0.95, 0.49, 0.3]) == [
         "2 of 3 videos have SSIM under 0.5 against their exact renders (worst 0.300)"]
     # Where a judge reads the prompts: the video it reads right (the 0.3) is another good video; the one it reads
     # wrong (the 0.49) still fails the floor, and alone names the worst.
-    assert gates.judge({}, {}, 30.0, [0.95, 0.49, 0.3], read_right=[True, False, True]) == [
+    assert gate_rules.judge({}, {}, 30.0, [0.95, 0.49, 0.3], read_right=[True, False, True]) == [
         "1 of 3 videos have SSIM under 0.5 against their exact renders (worst 0.490)"]
-    assert gates.judge({}, {}, 30.0, [0.95, 0.49, 0.3], read_right=[False, True, True]) == []
+    assert gate_rules.judge({}, {}, 30.0, [0.95, 0.49, 0.3], read_right=[False, True, True]) == []
 
 
 def record(cache_dir, identity: str, setting: str, count: int) -> None:
@@ -152,10 +152,10 @@ def test_a_clip_folder_is_checked_when_the_models_file_is_read(tmp_path, model_c
 
 
 def test_a_lever_is_held_to_exact_modes_reference_free_measures():
-    exact = gates.Measured(flicker=4.0, motion=20.0, blank=0, frozen=1)
-    fine = gates.Measured(flicker=5.0, motion=10.0, blank=0, frozen=1)  # 1.25x and 0.5x: the limits
-    assert gates.judge({}, {}, 30.0, [0.9], fine, exact) == []
-    worse = gates.Measured(flicker=5.2, motion=9.0, blank=3, frozen=2)
-    assert gates.judge({}, {}, 30.0, [0.9], worse, exact) == [
+    exact = gate_rules.Measured(flicker=4.0, motion=20.0, blank=0, frozen=1)
+    fine = gate_rules.Measured(flicker=5.0, motion=10.0, blank=0, frozen=1)  # 1.25x and 0.5x: the limits
+    assert gate_rules.judge({}, {}, 30.0, [0.9], fine, exact) == []
+    worse = gate_rules.Measured(flicker=5.2, motion=9.0, blank=3, frozen=2)
+    assert gate_rules.judge({}, {}, 30.0, [0.9], worse, exact) == [
         "3 blank frames (exact mode's: 0)", "2 frozen videos (exact mode's: 1)",
         "flicker 5.20 is over 1.25x exact mode's 4.00", "motion 9.00 is under 0.5x exact mode's 20.00"]

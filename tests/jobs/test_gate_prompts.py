@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from engine import gates
+from engine import gate_rules, gates
 from engine.models_file import load_registry
 from engine.tiny import ensure_tiny
 from jobs.quality.gate_sample import SHIPPED, gate_sample
@@ -135,7 +135,7 @@ def test_a_distilled_registration_is_judged_by_motion_frames_and_clip_against_it
     assert g["blank_frames"] == g["teacher_blank_frames"] == 0 and g["frozen_videos"] == g["teacher_frozen_videos"] == 0
     assert 0 <= g["clip_score"] <= 100 and 0 <= g["teacher_clip_score"] <= 100
     clip_failed = any("CLIP score" in f for f in g["failures"])
-    assert clip_failed == (g["clip_score"] < g["teacher_clip_score"] - gates.CLIP_MARGIN)
+    assert clip_failed == (g["clip_score"] < g["teacher_clip_score"] - gate_rules.CLIP_MARGIN)
     assert not g["releases"]  # 4 videos
     manifest = tmp_path / "fast.yaml"
     manifest.write_text("name: fast\nmodel: mine-fast\nvideos:\n  - {id: a, prompt: a cat, resolution: 32x32}\n")
