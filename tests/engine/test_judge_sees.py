@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from engine.toy import ClipSpec, judge_clip, render_clip, score
-from engine.toy.judge import BACKGROUND_LIMIT, SHADE_LIMIT
+from engine.toy.judge import BACKGROUND_LIMIT
+from engine.toy.sight import SHADE_LIMIT
 
 LABELS = Path(__file__).resolve().parents[1] / "fixtures" / "judge_labels"
 GREEN = ClipSpec("green", "square", "right", "gray", size=16, x=4, y=8, speed=2)
