@@ -3,7 +3,7 @@
 Every .py file under jobs/, engine/, storage/ and migrations/ is parsed with `ast`, and every import in it counts:
 at module level, inside a function, and under `if TYPE_CHECKING:` alike (a type-only import still makes a reader
 open the other package first). There is no exception list: an import that needs one means a piece belongs on a lower
-floor (a key layout, a value type, a worker's name), and moving it there is the fix. README.md's "Layout" states the
+floor (a key layout, a value type, a worker's name), and moving it there is the fix. docs/ARCHITECTURE.md's "Layout" states the
 same floors and why.
 """
 
@@ -141,7 +141,7 @@ def package_of(module: str) -> str | None:
 
 def test_every_module_stands_on_a_floor():
     loose = [m for m in MODULES if package_of(m) is None and m not in NAMESPACES]
-    assert not loose, "modules on no floor (add their package to FLOORS, and to README.md's Layout): " + ", ".join(loose)
+    assert not loose, "modules on no floor (add their package to FLOORS, and to docs/ARCHITECTURE.md's Layout): " + ", ".join(loose)
     for namespace in NAMESPACES:
         assert not [i for i in IMPORTS if i.source == namespace], f"{namespace}/__init__.py imports something"
 
