@@ -1,5 +1,5 @@
-"""`reelbatch team add|list` and `reelbatch token create|list|revoke`: the teams that share a fleet through the
-HTTP API (`reelbatch serve`), their shares and quotas, and their tokens. A token's secret is printed once, by
+"""`reelbatch team add|update|list` and `reelbatch token create|list|revoke`: the teams that share a fleet through the
+HTTP API (`reelbatch serve`), their shares, quotas and output roots, and their tokens. A token's secret is printed once, by
 `token create`, and stored only as its SHA-256 (jobs.db.teams)."""
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ def _settings() -> Settings:
     return Settings.from_env()
 
 
+OutputOpt = Annotated[Optional[str], typer.Option(
+    "--output", help="Where its runs over the API may write: file:///DIR/ or s3://BUCKET/PREFIX/, under "
+                     "REELBATCH_ALLOWED_OUTPUTS; `default`: the service's output with the team's name as a prefix.")]
+
+
 @team_app.command("add")
 def team_add(
     name: Annotated[str, typer.Argument(help="Team name: lower-case letters, digits, '-' and '_'.")],
@@ -32,14 +37,35 @@ def team_add(
         "--max-gpus", help="Most batches of its work running at once, one per GPU (default: no limit).")] = None,
     monthly_usd: Annotated[Optional[float], typer.Option(
         "--monthly-usd", help="Its charges in a calendar month (UTC) past which no new work starts.")] = None,
+    output: OutputOpt = None,
 ) -> None:
     """Add a team, or set an existing team's share and quotas (the same command again changes nothing)."""
     try:
-        team = teams.add_team(_settings(), name, share, max_gpus, monthly_usd)
+        team = teams.add_team(_settings(), name, share, max_gpus, monthly_usd, output)
     except ReelbatchError as exc:
         fail(exc)
+    _print(team)
+
+
+@team_app.command("update")
+def team_update(
+    name: Annotated[str, typer.Argument(help="The team's name.")],
+    share: Annotated[Optional[float], typer.Option("--share", help="Weight of its share of idle capacity.")] = None,
+    max_gpus: Annotated[Optional[int], typer.Option("--max-gpus", help="Most batches running at once.")] = None,
+    monthly_usd: Annotated[Optional[float], typer.Option("--monthly-usd", help="Its monthly charges cap.")] = None,
+    output: OutputOpt = None,
+) -> None:
+    """Change what is given of an existing team; the rest stays as it is."""
+    try:
+        team = teams.update_team(_settings(), name, share, max_gpus, monthly_usd, output)
+    except ReelbatchError as exc:
+        fail(exc)
+    _print(team)
+
+
+def _print(team) -> None:
     out.print(f"team {team.id} {team.name}: share {team.share:g}, max GPUs {_limit(team.max_gpus)}, monthly "
-              f"{_limit(team.monthly_usd, '$')}", highlight=False)
+              f"{_limit(team.monthly_usd, '$')}, output {team.output or 'default'}", highlight=False)
 
 
 @team_app.command("list")
@@ -52,9 +78,10 @@ def team_list(json_: JsonOpt = False) -> None:
     if json_:
         emit_json({"teams": [dataclasses.asdict(t) for t in rows]})
         return
-    table = Table("team", "name", "share", "max GPUs", "monthly", box=None, pad_edge=False)
+    table = Table("team", "name", "share", "max GPUs", "monthly", "output", box=None, pad_edge=False)
     for t in rows:
-        table.add_row(str(t.id), t.name, f"{t.share:g}", _limit(t.max_gpus), _limit(t.monthly_usd, "$"))
+        table.add_row(str(t.id), t.name, f"{t.share:g}", _limit(t.max_gpus), _limit(t.monthly_usd, "$"),
+                      t.output or "default")
     out.print(table)
 
 

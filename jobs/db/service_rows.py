@@ -20,6 +20,9 @@ class Team(Timestamps, Base):
     share: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
     max_gpus: Mapped[int | None] = mapped_column(Integer)  # batches running at once
     monthly_micro_usd: Mapped[int | None] = mapped_column(BigInteger)  # a calendar month's (UTC) charges
+    # Where its runs over the API may write: a canonical output URI (jobs.manifest.outputs); None: the service's
+    # output with the team's name as a prefix (jobs.usecases.teams.output_root).
+    output: Mapped[str | None] = mapped_column(Text)
 
 
 class Token(Timestamps, Base):

@@ -40,6 +40,7 @@ class TeamInfo:
     max_gpus: int | None
     monthly_usd: float | None
     default: bool
+    output: str | None = None  # its output root, canonical; None: the service's output + its name
 
     @property
     def owns(self):
@@ -53,25 +54,26 @@ def owns(team_id: int, default: bool):
 
 def _info(t: Team) -> TeamInfo:
     return TeamInfo(t.id, t.name, t.share, t.max_gpus,
-                    None if t.monthly_micro_usd is None else t.monthly_micro_usd / 1e6, t.name == DEFAULT)
+                    None if t.monthly_micro_usd is None else t.monthly_micro_usd / 1e6, t.name == DEFAULT,
+                    t.output)
 
 
 def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+# `output` left as it is (add_team, update_team); an output of None is the default root.
+KEEP = object()
+
+
 def add_team(factory: Factory, name: str, share: float = 1.0, max_gpus: int | None = None,
-             monthly_usd: float | None = None) -> TeamInfo:
-    """Add a team, or change an existing one's share and quotas (the same command again is a no-op)."""
+             monthly_usd: float | None = None, output: str | None | object = KEEP) -> TeamInfo:
+    """Add a team, or change an existing one's share and quotas (the same command again is a no-op). `output` (a
+    canonical output URI, None for the default): set when given, else left as it is."""
     if not _NAME.match(name):
         raise UsageError(f"team name {name!r}: use 1-64 lower-case letters, digits, '-' or '_', starting with a "
                          "letter or digit")
-    if not share > 0:
-        raise UsageError(f"--share {share!r}: must be above 0")
-    if max_gpus is not None and max_gpus < 0:
-        raise UsageError(f"--max-gpus {max_gpus!r}: must be 0 or more")
-    if monthly_usd is not None and monthly_usd < 0:
-        raise UsageError(f"--monthly-usd {monthly_usd!r}: must be 0 or more")
+    _check_limits(share, max_gpus, monthly_usd)
     with factory.begin() as s:
         team = s.scalar(select(Team).where(Team.name == name))
         if team is None:
@@ -79,8 +81,39 @@ def add_team(factory: Factory, name: str, share: float = 1.0, max_gpus: int | No
             s.add(team)
         team.share, team.max_gpus = share, max_gpus
         team.monthly_micro_usd = None if monthly_usd is None else round(monthly_usd * 1e6)
+        if output is not KEEP:
+            team.output = output
         s.flush()
         return _info(team)
+
+
+def update_team(factory: Factory, name: str, share: float | object = KEEP, max_gpus: int | None | object = KEEP,
+                monthly_usd: float | None | object = KEEP, output: str | None | object = KEEP) -> TeamInfo:
+    """Change what is given of an existing team (KEEP: left as it is)."""
+    with factory.begin() as s:
+        team = find_team(s, name, "team")
+        now = _info(team)
+        _check_limits(*(now_ if new is KEEP else new for now_, new in
+                        ((now.share, share), (now.max_gpus, max_gpus), (now.monthly_usd, monthly_usd))))
+        if share is not KEEP:
+            team.share = share
+        if max_gpus is not KEEP:
+            team.max_gpus = max_gpus
+        if monthly_usd is not KEEP:
+            team.monthly_micro_usd = None if monthly_usd is None else round(monthly_usd * 1e6)
+        if output is not KEEP:
+            team.output = output
+        s.flush()
+        return _info(team)
+
+
+def _check_limits(share, max_gpus, monthly_usd) -> None:
+    if not share > 0:
+        raise UsageError(f"--share {share!r}: must be above 0")
+    if max_gpus is not None and max_gpus < 0:
+        raise UsageError(f"--max-gpus {max_gpus!r}: must be 0 or more")
+    if monthly_usd is not None and monthly_usd < 0:
+        raise UsageError(f"--monthly-usd {monthly_usd!r}: must be 0 or more")
 
 
 def list_teams(factory: Factory) -> list[TeamInfo]:
@@ -89,10 +122,10 @@ def list_teams(factory: Factory) -> list[TeamInfo]:
         return [_info(t) for t in s.scalars(select(Team).order_by(Team.id))]
 
 
-def find_team(s: Session, name: str) -> Team:
+def find_team(s: Session, name: str, named_by: str = "--team") -> Team:
     team = s.scalar(select(Team).where(Team.name == name))
     if team is None:
-        raise UsageError(f"--team {name!r}: no such team (see `reelbatch team list`)")
+        raise UsageError(f"{named_by} {name!r}: no such team (see `reelbatch team list`)")
     return team
 
 

@@ -1,8 +1,11 @@
-"""The service assembled: FastAPI (for the OpenAPI description it derives from the routes, served at
-/openapi.json) on uvicorn (an ASGI server made for production: HTTP/1.1 keep-alive, graceful shutdown, proxy
-headers; jobs.service.command). The CLI's errors become HTTP statuses here, in one place:
+"""The service assembled: FastAPI (for the OpenAPI description it derives from the routes, completed by
+jobs.service.contract and served at /openapi.json) on uvicorn (an ASGI server made for production: HTTP/1.1
+keep-alive, graceful shutdown, proxy headers; jobs.service.command). A request meets, in order: its token, from the
+headers alone (jobs.service.auth), then the body limit (jobs.service.guards), then its route. The CLI's errors become
+HTTP statuses here, in one place, every body a contract.Problem:
 
-- a manifest's problems (ManifestError): 422, every FILE:LINE message, as the CLI prints them;
+- a request the server refuses whatever the manifest says (Refused: an output outside the team's root): 400;
+- a manifest's problems (ManifestError): 422, every FILE:LINE message, as the CLI prints them; a bad parameter: 422;
 - a run that is not the team's (or does not exist): 404, the same words either way (jobs.db.teams.owned_run);
 - a run name taken: 409; any other bad input (UsageError): 422; a store that cannot be reached: 502;
 - any other reelbatch error: 503 (the database or broker is down, the schema is behind).
@@ -12,15 +15,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError, RunNameTaken, RunNotFound, UsageError
 from jobs.manifest.specs import ManifestError
+from jobs.service.auth import Authenticate
+from jobs.service.contract import describe
 from jobs.service.guards import BodyLimit, SubmitRate
 from jobs.settings import Settings
+from jobs.usecases.submit import Refused
 from storage.stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -34,6 +42,9 @@ class ServiceConfig:
     submits_per_minute: int = 30
     # How long a presigned S3 URL (a video or poster) stays valid: long enough to start a download.
     presign_s: int = 300
+    # Where uploaded manifests are written while they are read (jobs.service.uploads); `serve` empties it at start.
+    # None: the system's temporary folder.
+    upload_dir: Path | None = None
 
 
 def create_app(settings: Settings, config: ServiceConfig = ServiceConfig()) -> FastAPI:
@@ -47,10 +58,13 @@ def create_app(settings: Settings, config: ServiceConfig = ServiceConfig()) -> F
     app.state.factory = session_factory(settings.database_url)
     app.state.rate = SubmitRate(config.submits_per_minute)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(Authenticate)  # added last, so it runs first: no body is read for a request without a token
     for module in (submit_routes, run_routes, video_routes, page):
         app.include_router(module.router)
     app.add_exception_handler(ReelbatchError, _reelbatch_error)
     app.add_exception_handler(StoreError, _store_error)
+    app.add_exception_handler(RequestValidationError, _bad_request)
+    app.openapi = lambda: describe(app)
     return app
 
 
@@ -59,11 +73,22 @@ def _reelbatch_error(_request: Request, exc: ReelbatchError) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "issues": [
             {"file": i.file, "line": i.line, "field": i.field, "message": i.message, "text": str(i)}
             for i in exc.issues]}, 422)
-    status = (404 if isinstance(exc, RunNotFound) else 409 if isinstance(exc, RunNameTaken)
-              else 422 if isinstance(exc, UsageError) else 503)
+    status = (400 if isinstance(exc, Refused) else 404 if isinstance(exc, RunNotFound)
+              else 409 if isinstance(exc, RunNameTaken) else 422 if isinstance(exc, UsageError) else 503)
     if status == 503:
         log.warning("%s", exc)
     return JSONResponse({"detail": str(exc)}, status)
+
+
+def _bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A parameter or JSON body FastAPI could not read, in the server's one error shape (contract.Problem)."""
+    issues = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error.get("loc", ()))
+        message = str(error.get("msg", "invalid"))
+        issues.append({"file": "(request)", "line": 0, "field": field, "message": message,
+                       "text": f"{field}: {message}"})
+    return JSONResponse({"detail": "; ".join(i["text"] for i in issues) or "invalid request", "issues": issues}, 422)
 
 
 def _store_error(_request: Request, exc: StoreError) -> JSONResponse:

@@ -1,12 +1,14 @@
 """`reelbatch serve`: the HTTP API teams share (jobs.service) on uvicorn, with the live page at / and the OpenAPI
 description at /openapi.json. Put it behind a reverse proxy that ends TLS (docs/SERVICE.md): tokens travel in a
-header, so the link from the client to the proxy must be encrypted."""
+header, so the link from the client to the proxy must be encrypted.
+
+It refuses to start (exit 2, one line naming the setting) while any team could write outside the allowed outputs:
+REELBATCH_ALLOWED_OUTPUTS unset (anywhere), or a team's output root outside it (jobs.usecases.teams)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import sys
+from typing import Annotated
 
 import typer
 
@@ -28,15 +30,25 @@ def serve(
     """Serve the HTTP API and the live page: every request acts for the team its bearer token names."""
     import uvicorn  # here, not at the top: only this command needs the server
 
-    from jobs.service import ServiceConfig, create_app
+    from jobs.service import ServiceConfig, create_app, uploads
+    from jobs.service.logs import log_config
+    from jobs.usecases.teams import unsafe_outputs
 
     try:
-        app = create_app(Settings.from_env(), ServiceConfig(max_body_bytes=max_body_bytes,
-                                                            submits_per_minute=submits_per_minute))
+        settings = Settings.from_env()
+        unsafe = unsafe_outputs(settings)
+        if unsafe is not None:
+            print(f"reelbatch serve: refusing to start: {unsafe}", file=sys.stderr)
+            raise typer.Exit(2)
+        # Under the cache folder, one a port: two servers on one machine never empty each other's uploads.
+        upload_dir = settings.engine.cache_dir / "uploads" / str(port)
+        uploads.clear(upload_dir)
+        app = create_app(settings, ServiceConfig(max_body_bytes=max_body_bytes, submits_per_minute=submits_per_minute,
+                                                 upload_dir=upload_dir))
     except ReelbatchError as exc:
         print(exc, file=sys.stderr)  # a user error: its message, no traceback
         raise typer.Exit(exc.exit_code) from None
     print(f"reelbatch serving on http://{host}:{port}/ (API description: /openapi.json)", file=sys.stderr,
           flush=True)
     uvicorn.run(app, host=host, port=port, proxy_headers=True, forwarded_allow_ips=forwarded_allow_ips,
-                log_level="info", server_header=False)
+                log_level="info", server_header=False, log_config=log_config())

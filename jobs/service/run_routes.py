@@ -5,7 +5,7 @@ does not exist), through the same use cases the CLI calls."""
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import Response
@@ -13,6 +13,8 @@ from starlette.concurrency import run_in_threadpool
 
 from jobs.db.teams import TeamInfo
 from jobs.service.auth import caller
+from jobs.service.contract import Usd, usd_cap
+from jobs.service.ids import RunName
 from jobs.usecases import reports, runs
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -26,13 +28,13 @@ def list_runs(request: Request, team: Team) -> dict:
 
 @router.get("/{run}", summary="One run's status", description="Counts by state, deadline and budget, as an entry "
             "of `reelbatch status RUN --json`. RUN: the run's name or id.")
-def run_status(request: Request, team: Team, run: str) -> dict:
+def run_status(request: Request, team: Team, run: RunName) -> dict:
     (found,) = runs.status(request.app.state.settings, run, team=team).runs
     return found
 
 
 @router.get("/{run}/report", summary="One run's report", description="The same JSON as `reelbatch report RUN --json`.")
-def report(request: Request, team: Team, run: str) -> dict:
+def report(request: Request, team: Team, run: RunName) -> dict:
     return reports.report(request.app.state.settings, run, team=team)
 
 
@@ -43,35 +45,35 @@ def _result_file(request: Request, team: TeamInfo, run: str, which: str) -> Resp
 
 @router.get("/{run}/results.jsonl", summary="One run's results file", response_class=Response,
             description="One JSON line a video, as `report --results` writes beside its videos.")
-def results(request: Request, team: Team, run: str) -> Response:
+def results(request: Request, team: Team, run: RunName) -> Response:
     return _result_file(request, team, run, "results")
 
 
 @router.get("/{run}/errors.jsonl", summary="One run's errors file", response_class=Response,
             description="One JSON line a failed or cancelled video: id, code, message.")
-def errors(request: Request, team: Team, run: str) -> Response:
+def errors(request: Request, team: Team, run: RunName) -> Response:
     return _result_file(request, team, run, "errors")
 
 
 @router.post("/{run}/cancel", summary="Cancel a run", description="As `reelbatch cancel`: pending videos now, "
              "running batches at their next step. Idempotent.")
-async def cancel(request: Request, team: Team, run: str) -> dict:
+async def cancel(request: Request, team: Team, run: RunName) -> dict:
     changed = await run_in_threadpool(runs.cancel, request.app.state.settings, run, team)
     return {"name": changed.name, "cancelled": changed.videos}
 
 
 @router.post("/{run}/resume", summary="Resume a run", description="As `reelbatch resume`: failed and cancelled "
              "videos back in the queue. Idempotent.")
-async def resume(request: Request, team: Team, run: str) -> dict:
+async def resume(request: Request, team: Team, run: RunName) -> dict:
     changed = await run_in_threadpool(runs.resume, request.app.state.settings, run, team)
     return {"name": changed.name, "requeued": changed.videos}
 
 
 @router.put("/{run}/budget", summary="Change a run's budget", description="As `reelbatch budget RUN USD`: "
             '`{"max_cost_usd": 2.5}`, or `null` for no cap.')
-async def budget(request: Request, team: Team, run: str,
-                 max_cost_usd: Annotated[Union[float, str, None], Body(embed=True)]) -> dict:
-    cap = None if max_cost_usd is None else runs.parse_usd(str(max_cost_usd))
+async def budget(request: Request, team: Team, run: RunName,
+                 max_cost_usd: Annotated[Usd, Body(embed=True)]) -> dict:
+    cap = usd_cap(max_cost_usd)
     change = await run_in_threadpool(runs.change_budget, request.app.state.settings, run, cap, team)
     return {"name": change.name, "max_cost_usd": change.max_cost_usd, "charged_usd": change.charged_usd,
             "requeued": change.requeued}

@@ -2,15 +2,16 @@
 options as query parameters (name, model, output, notify, set (repeatable), new_run; gpus for the estimate).
 
 The manifest is the body: YAML (Content-Type application/yaml) or JSONL (application/jsonl), or a multipart upload
-whose `manifest` part names its file. It is written to a private temporary folder under the name it was sent with
-(`filename=`, else manifest.yaml / manifest.jsonl) and read by the use cases the CLI calls too (jobs.usecases),
-so every rule and every FILE:LINE message is the CLI's; the folder is removed afterwards. Relative image paths therefore resolve to nothing
+whose `manifest` part names its file. It is written to a private folder under the service's upload folder
+(jobs.service.uploads) under the name it was sent with (`filename=`, else manifest.yaml / manifest.jsonl) and read
+by the use cases the CLI calls too (jobs.usecases), so every rule and every FILE:LINE message is the CLI's; the
+folder is removed afterwards. What the team may ask is narrowed first (jobs.service.policy): its run's output lies
+under the team's output root, and its run's name is never all digits. Relative image paths therefore resolve to nothing
 on the server: name images by URI under REELBATCH_ALLOWED_INPUTS."""
 
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -20,7 +21,9 @@ from starlette.concurrency import run_in_threadpool
 
 from jobs.db.teams import TeamInfo
 from jobs.manifest.specs import ManifestError, ManifestIssue
+from jobs.service import uploads
 from jobs.service.auth import caller
+from jobs.service.policy import checked
 from jobs.usecases.estimate import estimate_manifest
 from jobs.usecases.submit import Options, submit_manifest
 
@@ -61,8 +64,8 @@ def _as_sent(exc: ManifestError, folder: str, filename: str) -> ManifestError:
                           for i in exc.issues])
 
 
-def _read(work, filename: str, data: bytes):
-    with tempfile.TemporaryDirectory(prefix="reelbatch-upload-") as folder:
+def _read(work, filename: str, data: bytes, root: Path | None):
+    with uploads.folder(root) as folder:
         path = Path(folder) / filename
         path.write_bytes(data)
         try:
@@ -77,15 +80,15 @@ async def submit(request: Request, team: Team, name: Optional[str] = None, model
                  output: Optional[str] = None, notify: Optional[str] = None,
                  set_: Annotated[Optional[list[str]], Query(alias="set")] = None, new_run: bool = False,
                  filename: Optional[str] = None) -> JSONResponse:
+    settings = checked(request.app.state.settings, team, output, name)
     filename, data = await _manifest(request, filename)
     request.app.state.rate.check(team)  # a submission is a manifest sent, whether it then passes its checks or not
-    settings = request.app.state.settings
 
     def work(path: Path):
-        return submit_manifest(settings, path, Options(name, model, output, tuple(set_ or ()), notify),
+        return submit_manifest(settings, path, Options(name, model, output, tuple(set_ or ()), notify, served=True),
                                new_run=new_run, team_id=team.id, source=f"http: team {team.name}, {filename}")
 
-    s = await run_in_threadpool(_read, work, filename, data)
+    s = await run_in_threadpool(_read, work, filename, data, request.app.state.config.upload_dir)
     return JSONResponse({"run_id": s.run_id, "name": s.name, "videos": s.videos, "created": s.created,
                          "pending": s.pending_units}, 201 if s.created else 200)
 
@@ -96,8 +99,8 @@ async def estimate(request: Request, team: Team, name: Optional[str] = None, mod
                    output: Optional[str] = None, set_: Annotated[Optional[list[str]], Query(alias="set")] = None,
                    gpus: Annotated[Optional[int], Query(ge=1, le=100000)] = None,
                    filename: Optional[str] = None) -> dict:
+    settings = checked(request.app.state.settings, team, output, name)
     filename, data = await _manifest(request, filename)
-    settings = request.app.state.settings
-    options = Options(name, model, output, tuple(set_ or ()))
+    options = Options(name, model, output, tuple(set_ or ()), served=True)
     return await run_in_threadpool(_read, lambda path: estimate_manifest(settings, path, options, gpus),
-                                   filename, data)
+                                   filename, data, request.app.state.config.upload_dir)

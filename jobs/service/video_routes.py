@@ -14,6 +14,7 @@ from jobs.db.rows import Video
 from jobs.db.teams import TeamInfo, owned_run
 from jobs.manifest.keys import object_key, poster_key
 from jobs.service.auth import caller
+from jobs.service.ids import RunName
 from storage.stores import LocalStore, S3Store, open_store
 
 router = APIRouter(prefix="/v1/runs/{run}/videos", tags=["videos"])
@@ -38,10 +39,10 @@ def _object(request: Request, team: TeamInfo, run: str, video: str, poster: bool
 
 
 @router.get("/{video}.mp4", summary="A video's MP4", response_class=Response)
-def mp4(request: Request, team: Team, run: str, video: str) -> Response:
+def mp4(request: Request, team: Team, run: RunName, video: str) -> Response:
     return _object(request, team, run, video, poster=False)
 
 
 @router.get("/{video}/poster.jpg", summary="A video's poster (its middle frame)", response_class=Response)
-def poster(request: Request, team: Team, run: str, video: str) -> Response:
+def poster(request: Request, team: Team, run: RunName, video: str) -> Response:
     return _object(request, team, run, video, poster=True)

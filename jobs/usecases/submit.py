@@ -28,6 +28,21 @@ class Options:
     output: str | None = None
     sets: tuple[str, ...] = ()
     notify: str | None = None
+    # Over the API: the run's name may not be all digits (`/v1/runs/1` is always run 1) nor start with '.'.
+    served: bool = False
+
+
+class Refused(UsageError):
+    """A request the server refuses whatever the manifest's own checks say (an output outside the team's root, a
+    name the API does not take): the API's 400."""
+
+
+def check_served_name(name: str, named_by: str) -> None:
+    """A run name a request over the API may take: a path segment of its own, never read as an id or a dot-file."""
+    if name.isascii() and name.isdigit():
+        raise Refused(f"{named_by}: run name {name!r} is all digits, which the API reads as a run id: add a letter")
+    if name.startswith("."):
+        raise Refused(f"{named_by}: run name {name!r} starts with '.': start it with a letter or digit")
 
 
 def check_signable(settings: Settings, manifest: Path, spec: RunSpec) -> None:
@@ -44,6 +59,8 @@ def read_manifest(settings: Settings, manifest: Path, options: Options, feedback
         spec = load_manifest(manifest, registry=settings.registry(), name=options.name, model=options.model,
                              output=options.output, notify=options.notify, sets=options.sets,
                              policy=settings.manifest)
+    if options.served:
+        check_served_name(spec.name, f"{manifest.name}: name")
     check_signable(settings, manifest, spec)
     return spec
 

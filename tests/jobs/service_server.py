@@ -31,14 +31,16 @@ def embedded_env(model_cache: Path, **more: str) -> dict:
 
 class Service:
     def __init__(self, cwd: Path, env: dict, *args: str):
-        self.cwd, self.env = cwd, env
+        # `serve` refuses to start while a team could write anywhere: the teams' default roots (the default output,
+        # ./outputs/, with each team's name) lie under this, unless the test says otherwise.
+        self.cwd, self.env = cwd, {"REELBATCH_ALLOWED_OUTPUTS": f"file://{cwd}/outputs/", **env}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = cwd / "serve.log"
         self.cli("db", "upgrade")
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "jobs", "serve", "--port", str(self.port), *args],
-                                         cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         cwd=cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 60
         while True:

@@ -167,9 +167,10 @@ def test_a_video_in_s3_is_a_redirect_to_a_short_lived_presigned_url(tmp_path, mo
     from storage.stores import open_store
 
     aws = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-    svc = Service(tmp_path, {**embedded_env(model_cache), **aws})
+    svc = Service(tmp_path, {**embedded_env(model_cache), **aws,
+                             "REELBATCH_ALLOWED_OUTPUTS": f"file://{tmp_path}/outputs/,s3://{s3_env}/"})
     try:
-        ours = svc.client(svc.team("ads"))
+        ours = svc.client(svc.team("ads", "--output", f"s3://{s3_env}/out/"))
         theirs = svc.client(svc.team("clips"))
         answer = ours.post("/v1/runs", content=ONE, headers=YAML, params={"output": f"s3://{s3_env}/out/"})
         assert answer.status_code == 201, answer.text
