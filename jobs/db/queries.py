@@ -107,7 +107,8 @@ def ungated_models(factory: Factory, stale_after_s: float) -> set[str]:
 def _run_id(s: Session | Connection, run: str) -> int:
     """A run named by id or by name."""
     found = s.scalar(select(Run.id).where(Run.name == run))
-    if found is None and run.isascii() and run.isdigit():  # '١٢' is a name, never run 12
+    # '١٢' is a name, never run 12; digits past 2^63 - 1 (a 64-bit id's most) are no run, never an overflow.
+    if found is None and run.isascii() and run.isdigit() and len(run) <= 19 and int(run) < 1 << 63:
         found = s.scalar(select(Run.id).where(Run.id == int(run)))
     if found is None:
         raise RunNotFound(f"no run named or numbered {run!r} (see `reelbatch status`)")
