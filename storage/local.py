@@ -183,8 +183,8 @@ class LocalStore(Store):
         existing = _hash_file(path)
         if existing != sha256:
             raise ObjectConflict(
-                f"{self.uri_for(key)} already holds different bytes (sha256 {existing}); refusing to overwrite it "
-                f"with sha256 {sha256}"
+                # Not the existing object's hash: the message reaches whoever submitted, who may not own it.
+                f"{self.uri_for(key)} already holds different bytes; refusing to overwrite it with sha256 {sha256}"
             )
         return StoredObject(
             uri=self.uri_for(key), key=key, bytes=path.stat().st_size, sha256=sha256, existed=True

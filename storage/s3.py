@@ -222,8 +222,9 @@ class S3Store(Store):
         # The length check is free and catches a truncated object whose metadata still claims the right hash.
         if found.sha256 != sha256 or found.bytes != size:
             raise ObjectConflict(
-                f"{found.uri} already holds different bytes (sha256 {found.sha256}, {found.bytes} bytes);"
-                f" refusing to overwrite it with sha256 {sha256} ({size} bytes)"
+                # Not the existing object's hash or size: the message reaches whoever submitted, who may not own it.
+                f"{found.uri} already holds different bytes; refusing to overwrite it with sha256 {sha256} "
+                f"({size} bytes)"
             )
         return found
 

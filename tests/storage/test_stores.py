@@ -61,7 +61,8 @@ def test_different_bytes_never_overwrite(store, video, other_video):
     assert caught.value.decision is Decision.FAIL_NOW
     message = str(caught.value)
     assert store.uri_for(KEY) in message
-    assert sha256_hex(video) in message and sha256_hex(other_video) in message
+    # What the existing object holds is not said: the message reaches a submitter who may not own it (issue 41).
+    assert sha256_hex(video) not in message and sha256_hex(other_video) in message
     assert store.get(KEY) == video
 
 
