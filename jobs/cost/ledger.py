@@ -8,8 +8,12 @@ A worker process opens a session (a `worker_sessions` row) when it starts and cl
   renders; the seconds that overlap a render are already paid for by that render, so charging them again would make
   the worker's hour longer than an hour. What no render covered (the last batch, a wait for a slow store) is
   charged to the stored videos. This is `Meter.uncovered`;
-- idle: the rest (loading the model, waiting for work), kept on the session, and spread by reports over the
-  successful videos of the runs the session served.
+- idle: the rest (loading the model, waiting for work), kept on the session. What came before the session's last
+  work (its `worked_s`: up seconds when its last render or storing ended) is spread by reports over the successful
+  videos of the runs the session served; what came after is the ledger's alone. So a worker that stays up after a
+  run's last video, waiting, does not change that run's cost: a run's report is the same at any time after it ends
+  while its workers serve nothing else. Known limit: a worker that later serves another run spreads the idle time
+  before that work over both runs' videos (the session keeps one figure, not a timeline).
 
 Charges are cost records in micro-dollars at the session's rate, so for every closed session the charged amounts
 plus its idle amount equal its up time x its rate, to rounding (half a micro-dollar per record). A session whose
@@ -55,6 +59,7 @@ def close_lost_sessions(factory: Factory, stale_after_s: float, now: datetime | 
                 share = (row.up_s - row.in_flight_since_s) / len(ids)
                 existing = set(s.scalars(select(Video.id).where(Video.id.in_(ids))))
                 s.add_all(charge(i, "lost", share, rate, row.id) for i in ids if i in existing)
+                row.worked_s = row.up_s  # that batch was its last work
             row.ended_at, row.end_reason = now, "lost"
             closed += 1
     return closed
@@ -77,11 +82,13 @@ class SessionLedger:
     up_s: float
     charged_s: float
     idle_s: float
+    spread_s: float  # the idle seconds before its last work: its runs' (idle_s - spread_s is the ledger's alone)
     rate_usd_per_hour: float
     rate_source: str
     total_micro_usd: int  # up_s at the rate
     charged_micro_usd: int  # the cost records behind it
     idle_micro_usd: int
+    spread_micro_usd: int
     runs: dict[int, int]  # run id -> successful videos of it this session worked on
 
 
@@ -109,9 +116,12 @@ def sessions(factory: Factory, session_ids: Iterable[int] | None = None) -> list
         rate = Rate(r.rate_usd_per_hour, r.rate_source)
         secs, micro = charged.get(r.id, (0.0, 0))
         idle = max(0.0, r.up_s - secs)
+        # A session recorded before `worked_s` existed spreads all its idle time, as reports did then.
+        spread = min(idle, max(0.0, (r.up_s if r.worked_s is None else r.worked_s) - secs))
         state = "open" if r.ended_at is None else (r.end_reason or "stopped")
-        out.append(SessionLedger(r.id, r.owner, state, r.up_s, secs, idle, r.rate_usd_per_hour, r.rate_source,
-                                 rate.micro_usd(r.up_s), micro, rate.micro_usd(idle), served.get(r.id, {})))
+        out.append(SessionLedger(r.id, r.owner, state, r.up_s, secs, idle, spread, r.rate_usd_per_hour,
+                                 r.rate_source, rate.micro_usd(r.up_s), micro, rate.micro_usd(idle),
+                                 rate.micro_usd(spread), served.get(r.id, {})))
     return out
 
 
@@ -133,8 +143,9 @@ def run_charges(s: Session, run_id: int) -> Charges:
 
 
 def run_ledger(factory: Factory, run_id: int, charges: Charges | None = None) -> dict:
-    """A run's charges by kind, and its share of its sessions' idle time: each session's idle money, split over the
-    successful videos of all the runs it served, in proportion to this run's. `charges`: the run's, if already read
+    """A run's charges by kind, and its share of its sessions' idle time: each session's idle money before its last
+    work (`SessionLedger.spread_micro_usd`), split over the successful videos of all the runs it served, in
+    proportion to this run's. `charges`: the run's, if already read
     (jobs.reports.postgres reads them through each video's index)."""
     if charges is None:
         with factory() as s:
@@ -150,8 +161,8 @@ def run_ledger(factory: Factory, run_id: int, charges: Charges | None = None) ->
         served = sum(ledger.runs.values())
         mine = ledger.runs.get(run_id, 0)
         if served and mine:
-            micro += ledger.idle_micro_usd * mine / served
-            seconds += ledger.idle_s * mine / served
+            micro += ledger.spread_micro_usd * mine / served
+            seconds += ledger.spread_s * mine / served
     return {"idle_usd": micro / 1e6, "idle_s": seconds, "sessions": len(ids),
             # The utilisation of the workers that served the run (over all they did): charged over up seconds.
             "utilisation": charged / up if up > 0 else None,

@@ -1,23 +1,34 @@
 """A worker process's clock of paid time (jobs.cost.ledger says how its seconds are split and charged).
 
 `Meter.busy()` marks the main thread rendering; `Meter.uncovered()` measures background work (storing) net of the
-renders it overlapped, so a second is never charged twice; the heartbeat writes the session's up time. The clock is
+renders it overlapped, so a second is never charged twice; the heartbeat writes the session's up time, and its up time
+when its last work ended (idle time after that is no run's). The clock is
 injectable, so a test can drive it (tests/jobs/test_ledger.py).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import update
+from sqlalchemy import case, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from jobs.cost.prices import Rate
 from jobs.db.base import utcnow
 from jobs.db.queries import Factory
 from jobs.db.rows import WorkerSession
+
+log = logging.getLogger(__name__)
+
+
+def _at_least(column, value: float):
+    """`column` raised to `value`, never lowered: a heartbeat read before a block ended but written after it
+    cannot take back the later figure (the sweeper's thread and the worker's write the same row)."""
+    return case((column > value, column), else_=value)
 
 
 class Span:
@@ -43,6 +54,7 @@ class Meter:
         # The render in progress: its videos and its start on the clock (None while the main thread is not busy).
         self._in_flight: tuple[tuple[int, ...], float] | None = None
         self._started = clock()
+        self._worked = self._started  # the clock when the last busy or uncovered block ended
         self._closed = False
 
     # ---- the session row -------------------------------------------------------------------------------------------
@@ -51,9 +63,9 @@ class Meter:
         """Start this process's session (its up time counts from here). Returns its id."""
         if self.factory is None:
             return None
-        self._started = self.clock()
+        self._started = self._worked = self.clock()
         with self.factory.begin() as s:
-            row = WorkerSession(owner=self.owner, up_s=0.0, rate_usd_per_hour=self.rate.usd_per_hour,
+            row = WorkerSession(owner=self.owner, up_s=0.0, worked_s=0.0, rate_usd_per_hour=self.rate.usd_per_hour,
                                 rate_source=self.rate.source,
                                 models=None if self.models is None else ",".join(self.models))
             s.add(row)
@@ -63,6 +75,13 @@ class Meter:
 
     def up_s(self) -> float:
         return self.clock() - self._started
+
+    def worked_s(self) -> float:
+        """Seconds up when the last render or storing ended (the batch in flight, if any, counts to now): the idle
+        time after it belongs to no run (jobs.cost.ledger)."""
+        with self._lock:
+            end = self.clock() if self._in_flight is not None else self._worked
+        return max(0.0, end - self._started)
 
     def heartbeat(self) -> None:
         """Record the up time and the batch in flight. A session closed by a sweeper (this process was taken for
@@ -80,12 +99,31 @@ class Meter:
         with self.factory.begin() as s:
             beat = s.execute(update(WorkerSession)
                              .where(WorkerSession.id == self.session_id, WorkerSession.ended_at.is_(None))
-                             .values(up_s=self.up_s(), last_seen_at=utcnow(),
+                             .values(up_s=_at_least(WorkerSession.up_s, self.up_s()),
+                                     worked_s=_at_least(WorkerSession.worked_s, self.worked_s()),
+                                     last_seen_at=utcnow(),
                                      in_flight_videos=",".join(map(str, in_flight[0])) if in_flight else None,
                                      in_flight_since_s=max(0.0, in_flight[1] - self._started) if in_flight else None)
                              .execution_options(synchronize_session=False))
         if beat.rowcount == 0:
             self.open()
+
+    def _worked_now(self) -> None:
+        """Write the up time and `worked_s` as a render or a batch's storing ends, before any record of that work is:
+        so a report read once a run's last video is recorded already sees when its workers' last work ended, and
+        reads the same at every later heartbeat (its cost is fixed when its last video ends). A database briefly
+        away is left to the next heartbeat."""
+        if self.factory is None or self._closed or self.session_id is None:
+            return
+        try:
+            with self.factory.begin() as s:
+                s.execute(update(WorkerSession)
+                          .where(WorkerSession.id == self.session_id, WorkerSession.ended_at.is_(None))
+                          .values(up_s=_at_least(WorkerSession.up_s, self.up_s()),
+                                  worked_s=_at_least(WorkerSession.worked_s, self.worked_s()))
+                          .execution_options(synchronize_session=False))
+        except SQLAlchemyError as exc:
+            log.warning("recording session %s's last work failed (the next heartbeat will): %s", self.session_id, exc)
 
     def close(self) -> None:
         self._closed = True
@@ -95,6 +133,7 @@ class Meter:
             row = s.get(WorkerSession, self.session_id, with_for_update=True)
             if row is not None and row.ended_at is None:
                 row.up_s, row.last_seen_at, row.ended_at, row.end_reason = self.up_s(), utcnow(), utcnow(), "stopped"
+                row.worked_s = self.worked_s()
                 row.in_flight_videos = row.in_flight_since_s = None
         self.session_id = None
 
@@ -117,7 +156,9 @@ class Meter:
                 end = self.clock()
                 self._busy_total += end - start
                 self._in_flight = None
+                self._worked = max(self._worked, end)
             span.seconds = end - start
+            self._worked_now()
 
     @contextmanager
     def uncovered(self) -> Iterator[Span]:
@@ -132,4 +173,6 @@ class Meter:
             with self._lock:
                 end = self.clock()
                 covered = self._busy_now(end) - busy_start
+                self._worked = max(self._worked, end)
             span.seconds = max(0.0, (end - start) - covered)
+            self._worked_now()

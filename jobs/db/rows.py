@@ -195,6 +195,9 @@ class WorkerSession(Timestamps, Base):
     rate_source: Mapped[str] = mapped_column(Text)
     in_flight_videos: Mapped[str | None] = mapped_column(Text)  # comma-separated video ids
     in_flight_since_s: Mapped[float | None] = mapped_column(Float)  # on the session's clock, like up_s
+    # Seconds up when its last work (a render, storing) ended, on its clock: the idle time before it is its runs',
+    # the idle after it the ledger's alone (jobs.cost.ledger). None: a session recorded before the column.
+    worked_s: Mapped[float | None] = mapped_column(Float)
     # The models it claims, comma-separated (`reelbatch status` names pending work no live session serves); None:
     # a session opened before workers recorded them, taken to serve every model.
     models: Mapped[str | None] = mapped_column(Text)

@@ -123,17 +123,19 @@ def test_the_ledger_closes_to_the_cent_on_a_controlled_clock(world, monkeypatch)
     assert by_video.pop((first, "v1")) == ["retry", "gpu"], "the retry is charged to the video that needed it"
     assert sorted(by_video.values()) == [["gpu"]] * 6
 
-    # Idle time is spread over the successful videos of the runs the session served: 5 of run a's, 2 of run b's.
+    # Idle time up to the session's last work is spread over the successful videos of the runs it served: 5 of run
+    # a's, 2 of run b's. The last 10 s (after run b's last video, before the worker stopped) are the ledger's alone.
     idle_micro = session.idle_micro_usd
+    assert (session.spread_s, session.spread_micro_usd) == (pytest.approx(30 + 100 + 20 + 40), 190_000)
     for run_id, share in ((first, 5 / 7), (second, 2 / 7)):
         run_ledger = ledger.run_ledger(factory, run_id)
-        assert run_ledger["idle_usd"] == pytest.approx(idle_micro * share / 1e6)
+        assert run_ledger["idle_usd"] == pytest.approx(190_000 * share / 1e6)
         assert run_ledger["utilisation"] == pytest.approx(charged / up)
         assert run_ledger["usd_per_charged_s"] == pytest.approx(0.001), "$3.60 an hour, as its records were charged"
         run_row, videos = queries.load_report(factory, str(run_id))
         report = report_dict(run_row, videos, settings.prices.sale, run_ledger)
         cost = report["cost"]
-        assert cost["idle_usd"] == pytest.approx(idle_micro * share / 1e6)
+        assert cost["idle_usd"] == pytest.approx(190_000 * share / 1e6)
         assert cost["per_successful_video_usd"] == pytest.approx(
             (cost["total_usd"] + cost["idle_usd"]) / len(videos))
         assert cost["by_kind_usd"]["gpu"] == pytest.approx(len(videos) * per_attempt / 1000)
