@@ -139,15 +139,25 @@ def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Row, int]]]
     The videos are plain rows with the `videos` columns as attributes (read like Video objects): building 100,000
     ORM objects was most of a report's time. Each video's cost is summed from its own records through their index,
     so the report takes as long as its run is large, whatever else the table holds (a join over the whole table
-    read every record there; docs/SCALE.md)."""
+    read every record there; docs/SCALE.md). `attempts` is report_attempts' count, not the column's."""
     with factory() as s:
         run_id = _run_id(s, run)
         row = s.get(Run, run_id)
         cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
                 .where(CostRecord.video_id == Video.id).scalar_subquery())
-        videos = s.execute(select(*Video.__table__.columns, cost.label("cost_micro_usd"))
+        columns = [c for c in Video.__table__.columns if c.name != "attempts"]
+        videos = s.execute(select(*columns, report_attempts().label("attempts"), cost.label("cost_micro_usd"))
                            .where(Video.run_id == run_id).order_by(Video.id)).all()
         return row, [(v, int(v.cost_micro_usd)) for v in videos]
+
+
+def report_attempts():
+    """A video's attempts as its report states them: one, plus each retry of any of its chunks (0 if never claimed).
+    The `attempts` column counts every chunk's claim, so a long video of three chunks rendered once holds 3 there: a
+    chunk is not an attempt. Summed from its units through their (video, chunk) index; jobs.reports.postgres writes
+    the same sum in SQL."""
+    return (select(func.coalesce(func.sum(WorkUnit.attempts) - func.count() + 1, 0))
+            .where(WorkUnit.video_id == Video.id, WorkUnit.attempts > 0).scalar_subquery())
 
 
 def cancel_run(factory: Factory, run: str) -> tuple[str, int]:

@@ -7,8 +7,9 @@ at three levels, from what a finished run measured.
   latency climbs steeply. Measured from the cost ledger where the run's workers had sessions (seconds charged over
   seconds up, model loading and waiting included: jobs.cost.ledger); otherwise busy GPU seconds over the active span times
   the GPUs that rendered it.
-- budget: the sustainable level after the run's retry rate (attempts beyond the first, which the first two levels
-  already pay for in seconds but which also take queue slots) and a headroom setting, for planning.
+- budget: the sustainable level after the run's retry rate (retried renders over all renders, a long video's chunks
+  each one render and none of them a retry: the first two levels already pay for retries in seconds, but they also
+  take queue slots) and a headroom setting, for planning.
 
 Cost per video at each level is the GPU-hour rate times the fleet's hours over the videos made; margin is against
 the reference price per video-second times the run's mean video length.
@@ -54,8 +55,12 @@ def plan(run: Run, videos: list[tuple[Video, int]], *, gpus: int, run_gpus: int,
         measured_utilisation = min(1.0, busy_s / (span * run_gpus)) if span else 1.0
         source = "busy seconds / (active span x run GPUs)"
     utilisation = min(measured_utilisation, MAX_UTILISATION)
-    attempts = sum(max(v.attempts, 1) for v, _ in videos if v.started_at is not None)
-    retry_rate = max(0.0, 1 - len(videos) / attempts) if attempts else 0.0
+    # Retries over claims, a claim being one chunk's render. A video's attempts are jobs.db.queries.report_attempts'
+    # (one, plus each retry of any of its chunks), so its claims are its chunks plus its retries: a long video of
+    # three chunks rendered once is three claims and no retry, and a run with no retries has a rate of 0.
+    retries = [max(v.attempts, 1) - 1 for v, _ in videos if v.started_at is not None]
+    claims = sum(retries) + sum(v.chunks or 1 for v, _ in videos if v.started_at is not None)
+    retry_rate = sum(retries) / claims if claims else 0.0
     mean_length_s = sum(v.duration_s for v in ok) / len(ok)
     revenue_per_video = price.usd_per_video_s * mean_length_s
 

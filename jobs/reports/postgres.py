@@ -27,6 +27,7 @@ from sqlalchemy import func, or_, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.cost.ledger import Charges
+from jobs.db.queries import report_attempts
 from jobs.db.rows import CostRecord, Run, Video
 from jobs.db.status import Status
 from jobs.reports.figures import STAGES, Figures, failure_reason
@@ -69,7 +70,7 @@ ENTRY = (
     ("frames", _int("v.frames")), ("fps", _int("v.fps")), ("duration_s", _float("v.duration_s")),
     ("width", _int("v.width")), ("height", _int("v.height")), ("steps", _int("v.steps")),
     ("guidance", _float("v.guidance")), ("bytes", _int("v.bytes")), ("sha256", _text("v.sha256")),
-    ("attempts", _int("v.attempts")), ("error", _text("v.last_error")), ("render_s", _float("v.render_s")),
+    ("attempts", _int("u.attempts")), ("error", _text("v.last_error")), ("render_s", _float("v.render_s")),
     ("encode_s", _float("v.encode_s")), ("upload_s", _float("v.upload_s")), ("chunks", _int("v.chunks")),
     ("seam_score", _float("v.seam_score")), ("needs_review", _bool("v.needs_review")),
     ("cancel_reason", _text("v.cancel_reason")), ("image", _text("v.image_uri")),
@@ -89,7 +90,10 @@ _ENTRIES = (f"SELECT format('{_TEMPLATE}', " + ", ".join(value for _, value in E
             # Each video's cost summed from its own records through their index, once per video (in the select
             # list, every mention of it in _float would sum it again).
             "SELECT coalesce(sum(amount_micro_usd), 0)::float8 / 1e6::float8 AS cost_usd FROM cost_records "
-            "WHERE video_id = v.id) c ORDER BY v.id")
+            "WHERE video_id = v.id) c CROSS JOIN LATERAL ("
+            # Its attempts as jobs.db.queries.report_attempts counts them (one, plus each retry of any chunk).
+            "SELECT coalesce(sum(attempts) - count(*) + 1, 0) AS attempts FROM work_units "
+            "WHERE video_id = v.id AND attempts > 0) u ORDER BY v.id")
 
 
 def charges(s: Session, run: Run) -> Charges:
@@ -153,7 +157,8 @@ def listed_rows(s: Session, run: Run, listed: int) -> list[tuple[Video, int]]:
     cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
             .where(CostRecord.video_id == Video.id).scalar_subquery())
     first = select(Video.id).where(Video.run_id == run.id).order_by(Video.id).limit(listed)
-    rows = s.execute(select(*Video.__table__.columns, cost.label("cost_micro_usd"))
+    columns = [c for c in Video.__table__.columns if c.name != "attempts"]
+    rows = s.execute(select(*columns, report_attempts().label("attempts"), cost.label("cost_micro_usd"))
                      .where(Video.run_id == run.id, or_(Video.id.in_(first), Video.last_error != "", Video.flagged))
                      .order_by(Video.id)).all()
     return [(v, int(v.cost_micro_usd)) for v in rows]
