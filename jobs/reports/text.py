@@ -68,6 +68,13 @@ def print_report(console: Console, data: dict) -> None:
         console.print(literal(f"(the first {TEXT_ROWS} of {total:,} videos and of {len(errors):,} errors; "
                               f"`reelbatch report {data['name']} --json` or `--results` lists every one)"),
                       soft_wrap=True)
+    for line in summary_lines(data):
+        console.print(literal(line), soft_wrap=True)
+
+
+def summary_lines(data: dict) -> list[str]:
+    """The report's figures as the text report prints them after its table, one line each (the HTML page shows the
+    same lines, so their numbers agree)."""
     counts = ", ".join(f"{n} {k}" for k, n in data["counts"].items() if n)
     per = data["cost"]["per_successful_video_usd"]
     per_text = f"${per:.6f} per successful video" if per is not None else "no successful videos"
@@ -76,39 +83,39 @@ def print_report(console: Console, data: dict) -> None:
     checks = data["checks"]
     flagged_text = f"; {checks['flagged']} flagged by their checks (on_fail: {checks['on_fail']})" \
         if checks["flagged"] else ""
-    console.print(f"{counts}{flagged_text}; total ${data['cost']['total_usd']:.6f}{idle_text}; {per_text}",
-                  highlight=False)
+    lines = [f"{counts}{flagged_text}; total ${data['cost']['total_usd']:.6f}{idle_text}; {per_text}"]
     if data["failures_by_reason"]:
-        console.print(literal("failures: " + ", ".join(f"{n} {reason}" for reason, n in
-                                                       data["failures_by_reason"].items())), soft_wrap=True)
+        lines.append("failures: " + ", ".join(f"{n} {reason}" for reason, n in data["failures_by_reason"].items()))
     t = data["throughput"]
     if t["videos_per_hour"]:
-        console.print(f"throughput {t['videos_per_hour']:.1f} videos/hour, {t['video_seconds_per_hour']:.1f} "
-                      f"video-seconds/hour over {t['span_s']:.1f} s; cost "
-                      f"${data['cost']['per_video_second_usd']:.6f} per video-second", highlight=False)
+        lines.append(f"throughput {t['videos_per_hour']:.1f} videos/hour, {t['video_seconds_per_hour']:.1f} "
+                     f"video-seconds/hour over {t['span_s']:.1f} s; cost "
+                     f"${data['cost']['per_video_second_usd']:.6f} per video-second")
     for name, key in (("queue wait", "queue_wait_s"), ("render latency", "render_latency_s")):
         q = data[key]
         if q:
-            console.print(f"{name} s: P50 {q['p50']:.2f}, P95 {q['p95']:.2f}, P99 {q['p99']:.2f}", highlight=False)
+            lines.append(f"{name} s: P50 {q['p50']:.2f}, P95 {q['p95']:.2f}, P99 {q['p99']:.2f}")
     stages = data["stages_s"]
     if any(stages.values()):
-        console.print("stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()), highlight=False)
-    print_limits(console, data)
+        lines.append("stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
+    lines += limit_lines(data)
     m = data["gross_margin"]
     if m:
-        console.print(f"gross margin {m['gross_margin']:.1%} at ${m['price_per_video_second_usd']:g} per "
-                      f"video-second ({m['source']})", highlight=False)
+        lines.append(f"gross margin {m['gross_margin']:.1%} at ${m['price_per_video_second_usd']:g} per "
+                     f"video-second ({m['source']})")
+    return lines
 
 
-def print_limits(console: Console, data: dict) -> None:
+def limit_lines(data: dict) -> list[str]:
     """What the run's cost cap and deadline did."""
     cancelled = data["cancelled_by_reason"]
+    lines = []
     if data["max_cost_usd"] is not None:
         reached = (f"; reached at {data['budget_reached_at']}: {cancelled.get('budget', 0)} videos not started "
                    "(cancelled, reason budget)" if data["budget_reached_at"] else "")
-        console.print(f"max_cost_usd ${data['max_cost_usd']:g}: charged ${data['cost']['total_usd']:.6f}{reached}",
-                      highlight=False)
+        lines.append(f"max_cost_usd ${data['max_cost_usd']:g}: charged ${data['cost']['total_usd']:.6f}{reached}")
     if data["deadline"]:
         expired = (f": EXPIRED at {data['expired_at']}; {cancelled.get('deadline', 0)} videos not started before it "
                    "(cancelled, reason deadline)" if data["expired"] else "")
-        console.print(f"deadline {data['deadline']}{expired}", highlight=False)
+        lines.append(f"deadline {data['deadline']}{expired}")
+    return lines

@@ -22,8 +22,12 @@ from jobs.reports.html import html_report
 from jobs.reports.results import result_files, write_results
 from jobs.reports.summary import entry, report_dict, report_of
 from jobs.settings import Settings
+from storage.local import LocalStore
 from storage.poster import poster_jpeg
 from storage.stores import StoreError, open_store
+
+# How long the HTML report's links to MP4s in S3 stay valid: 7 days, the longest a SigV4 presigned URL may be.
+PRESIGN_S = 7 * 24 * 3600
 
 
 def _run_name(factory, run: str, team: TeamInfo | None) -> str:
@@ -111,14 +115,29 @@ def write_html(settings: Settings, run: str, path: Path, warn: Callable[[str], N
         try:
             if video.poster_uri:
                 return store.get(poster_key(run_row.name, video.key))
+            if not video.uri:
+                return None  # nothing stored (a failed video): shown without a poster
             # A video stored before posters existed (or whose poster could not be stored): made from its MP4.
             return poster_jpeg(store.get(object_key(run_row.name, video.key)))
         except (StoreError, ValueError) as exc:
-            warn(f"{video.key}: not in the contact sheet: {exc}")
+            warn(f"{video.key}: shown without its poster: {exc}")
+            return None
+
+    def link_of(video):
+        if not video.uri:
+            return None
+        key = object_key(run_row.name, video.key)
+        if isinstance(store, LocalStore):
+            return store.path(key).resolve().as_uri()  # absolute and percent-encoded, as a browser opens it
+        try:  # S3: a link that opens without credentials for as long as SigV4 allows
+            return store.presigned_get(key, PRESIGN_S)
+        except StoreError as exc:
+            warn(f"{video.key}: no link to its MP4: {exc}")
             return None
 
     try:
-        path.write_text(html_report(data, run_row, videos, poster_of, costs["usd_per_charged_s"]), encoding="utf-8")
+        page = html_report(data, run_row, videos, poster_of, costs["usd_per_charged_s"], link_of)
+        path.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"--html: cannot write {path}: {exc.strerror}") from None
     return data

@@ -1,5 +1,8 @@
 """The run report's numbers on rows with known times and costs: every figure checked by hand."""
 
+import html
+import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -61,14 +64,97 @@ def test_report_summary_numbers():
     assert idle["gross_margin"]["gross_margin"] == pytest.approx(1 - 0.04 / 0.6)
 
 
-def test_the_html_cost_by_stage_uses_the_rate_the_run_was_charged_at():
-    """Stage seconds priced at the run's own recorded rate ($0.001 a second here), not today's setting, so an old
-    run's page keeps its numbers: 48 s of denoising is $0.048, 1 s of decoding $0.001."""
+def _page_rows():
+    """a stored; b stored and flagged by its flicker check; c failed with nothing stored (no poster, no MP4)."""
+    a = video("a", Status.SUCCEEDED, start=10, end=40, render=20.0)
+    b = video("b", Status.SUCCEEDED, start=20, end=110, render=30.0)
+    c = video("c", Status.FAILED, start=30, end=60, error="failed after 3 attempts: RenderError: blank frames")
+    for v in (a, b, c):
+        v.flagged, v.uri = v is b, f"file:///o/night/{v.key}.mp4" if v is not c else None
+    b.checks = json.dumps({"flicker": {"passed": False, "value": 61.2, "limit": 50},
+                           "motion": {"passed": True, "value": 27.0, "limit": 2}})
+    return [(a, 10_000), (b, 20_000), (c, 6_000)]
+
+
+def _page(rows):
     run = Run(id=7, name="night", model="tiny", output="file:///o/", priority=0, source="m.yaml", created_at=T0)
-    rows = [(video("a", Status.SUCCEEDED, start=10, end=40, render=20.0), 10_000),
-            (video("b", Status.SUCCEEDED, start=20, end=110, render=30.0), 20_000)]
-    page = html_report(report_dict(run, rows, Price(0.06, "p")), run, rows, lambda v: None, usd_per_worker_s=0.001)
-    assert "<title>denoise: 0.048 USD</title>" in page and "<title>decode: 0.001 USD</title>" in page
+    report = report_dict(run, rows, Price(0.06, "p"), {"idle_usd": 0.004, "idle_s": 4.0, "by_kind_usd": {"gpu": 0.036}})
+    # The stages priced at the run's own recorded rate ($0.001 a second here), not today's setting, so an old run's
+    # page keeps its numbers.
+    page = html_report(report, run, rows, lambda v: b"JPEG" if v.uri else None, usd_per_worker_s=0.001,
+                       link_of=lambda v: v.uri)
+    return report, page
+
+
+def _chart(page: str, name: str) -> str:
+    return re.search(f'<svg class="chart" data-chart="{name}".*?</svg>', page).group(0)
+
+
+def test_the_html_report_puts_failed_and_flagged_videos_first_and_links_every_mp4():
+    _, page = _page(_page_rows())
+    failed, flagged, sheet = (page.index(f'<section id="{s}">') for s in ("failed", "flagged", "sheet"))
+    assert failed < flagged < sheet < page.index("Throughput over time")
+    # The failed video: its error, and no broken image where it has no poster, no link where it has no MP4.
+    assert ('<figure data-video="c"><div class="none">no poster</div><figcaption><b>c</b> p<br><i>failed after 3 '
+            'attempts: RenderError: blank frames</i><br>no MP4 stored</figcaption></figure>') in page
+    # The flagged one: what failed, its poster and its id both linked to its MP4.
+    assert ('<figure data-video="b"><a href="file:///o/night/b.mp4"><img alt="b poster" '
+            'src="data:image/jpeg;base64,SlBFRw==" width="192" height="192"></a><figcaption><b>b</b> p<br>'
+            '<i>flagged: flicker 61.2 &gt; 50</i><br><a href="file:///o/night/b.mp4">MP4</a></figcaption>') in page
+    assert '<section id="sheet"><h2>Contact sheet</h2><figure data-video="a">' in page
+    # Every row of the table links its MP4 where one is stored: failed first, then flagged, then the rest.
+    table = page[page.index("<h2>Videos</h2>"):]
+    assert re.findall(r"<tr><td>(.*?)</td>", table) == [
+        "c", '<a href="file:///o/night/b.mp4">b</a>', '<a href="file:///o/night/a.mp4">a</a>']
+    assert page.count('href="file:///o/night/a.mp4"') == 3 and page.count('href="file:///o/night/b.mp4"') == 3
+
+
+def test_the_html_reports_charts_have_axes_with_values_and_its_figures_are_the_text_reports():
+    import io
+
+    from rich.console import Console
+
+    from jobs.reports.text import print_report
+
+    report, page = _page(_page_rows())
+    ticks = {name: (re.findall(r'class="tick y"[^>]*>([^<]*)<', _chart(page, name)),
+                    re.findall(r'class="tick x"[^>]*>([^<]*)<', _chart(page, name))) for name in
+             ("throughput", "latency", "stages", "charges")}
+    # Stored at 30 s and 100 s after the first claim (10 s): 0 to 2 videos over 0 to 100 s.
+    assert ticks["throughput"] == (["0", "1", "2"], ["0", "20", "40", "60", "80", "100"])
+    # Flat at 0 until the first finish (x = 64 + 440 x 30 / 100 = 196), up one at each: never a line from zero.
+    assert 'points="64.0,174.0 196.0,174.0 196.0,94.0 504.0,94.0 504.0,14.0"' in _chart(page, "throughput")
+    # Latencies of 30 s and 90 s in two bins, from 30 s and from 60 s; one video each.
+    assert ticks["latency"] == (["0", "1"], ["30", "60"])
+    assert re.findall(r'class="value"[^>]*>([^<]*)<', _chart(page, "latency")) == ["1", "1"]
+    # 48 s of denoising at $0.001 is $0.048; the axis to $0.05 in steps of $0.01.
+    assert ticks["stages"] == (["0", "0.01", "0.02", "0.03", "0.04", "0.05"],
+                               ["text", "denoise", "decode", "encode", "upload"])
+    assert re.findall(r'class="value"[^>]*>([^<]*)<', _chart(page, "stages")) == [
+        "0.001000", "0.048000", "0.001000", "0.000400", "0.000200"]
+    assert ticks["charges"] == (["0", "0.01", "0.02", "0.03", "0.04"], ["gpu", "idle"])
+    assert re.findall(r'class="value"[^>]*>([^<]*)<', _chart(page, "charges")) == ["0.036000", "0.004000"]
+    for name in ("throughput", "latency", "stages", "charges"):
+        assert len(re.findall(r'class="title [xy]"', _chart(page, name))) == 2, name
+    # The figures: $0.036 charged and $0.004 idle over 2 successes is $0.02 each; 10 video-seconds at $0.06 is $0.60
+    # of revenue, a margin of 1 - 0.04 / 0.6 = 93.3%. The same lines in the text report and the page.
+    text = io.StringIO()
+    print_report(Console(file=text, width=300), report)
+    figures = [("2 succeeded, 1 failed; 1 flagged by their checks (on_fail: None); total $0.036000 + $0.004000 idle "
+                "worker time (4.0 s, its share); $0.020000 per successful video"),
+               "render latency s: P50 60.00, P95 87.00, P99 89.40",
+               "gross margin 93.3% at $0.06 per video-second (p)"]
+    for line in figures:
+        assert line in text.getvalue().splitlines() and html.escape(line) in page, line
+    assert report["cost"]["per_successful_video_usd"] == pytest.approx(0.02)
+
+
+def test_the_html_report_of_a_run_whose_stored_videos_are_all_flagged_has_no_empty_contact_sheet():
+    rows = [r for r in _page_rows() if r[0].key != "a"]
+    _, page = _page(rows)
+    assert '<section id="flagged">' in page and "Contact sheet" not in page
+    _, nothing = _page([(video("p", Status.PENDING), 0)])
+    assert "<h2>Contact sheet</h2><p>no stored videos</p>" in nothing and "no successful videos" in nothing
 
 
 def test_a_run_with_nothing_done_reports_no_rates():
