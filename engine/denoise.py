@@ -44,10 +44,12 @@ def supports(pipe) -> bool:
 def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.Tensor | None, height: int,
             width: int, frames: int, steps: int, generators: list[torch.Generator], guidance: Guidance,
             conditioning: Conditioning = NO_CONDITIONING, should_stop: stopping.ShouldStop | None = None,
-            activate: Callable[[torch.nn.Module], None] | None = None) -> torch.Tensor:
+            activate: Callable[[torch.nn.Module], None] | None = None,
+            noise_kept: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
     """Latents for a batch, as `pipe(..., output_type="latent", guidance_scale=guidance.scale,
     guidance_scale_2=guidance.scale_2)` returns them; one generator per video. `activate` is called with each step's
-    expert before it runs (engine.experts.ExpertSwap.activate); `should_stop` after each step."""
+    expert before it runs (engine.experts.ExpertSwap.activate); `should_stop` after each step; `noise_kept` once at
+    the end with each video's noise_kept (B,) of its final latents against its initial noise."""
     conditioning.check()
     device = pipe._execution_device
     dtype = pipe.transformer.dtype
@@ -59,6 +61,7 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
 
     # 5. Prepare latent variables, and what conditions them
     latents = conditioning.initial_latents(pipe, text.cond.shape[0], height, width, frames, generators)
+    initial = latents.clone() if noise_kept is not None else None  # a scheduler may step in place
     tie = conditioning.tie(latents)
     keep = conditioning.token_timesteps(pipe, tie, latents)
     experts = stages(pipe, guidance, activate)
@@ -87,4 +90,19 @@ def denoise(pipe, *, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.
         stopping.check(should_stop)
     if tie is not None:
         latents = tie(latents, 0.0, released=conditioning.release_sigma > 0)
+    if noise_kept is not None:
+        noise_kept(kept(initial, latents))
     return latents
+
+
+def kept(initial: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
+    """How much of its initial noise each video's final latents (B, C, F, h, w) still are: the largest cosine
+    similarity, over latent frames, between a frame's final latents and its initial noise. 1 for a denoiser that
+    moved nothing (a transformer whose output is zero leaves the noise as it was); a working one draws latents of
+    its own (docs/QUALITY.md, "Checks on every video", has the values). The largest over frames, because a frame
+    held to a picture or a chunk before (engine.conditioning) moves whatever the denoiser does; NaN where the
+    latents are not finite. Two reductions over the latents: nothing beside a transformer call."""
+    a, b = initial.float().flatten(3), final.float().flatten(3)  # (B, C, F, h*w)
+    dot = (a * b).sum(dim=(1, 3))
+    norms = a.square().sum(dim=(1, 3)).sqrt() * b.square().sum(dim=(1, 3)).sqrt()
+    return (dot / norms).amax(dim=1)

@@ -117,6 +117,7 @@ class Engine:
             # decoding.
             config = self.config
             conditioning = self._conditioning(info, pipe, shape, requests, generators)
+            kept: list[torch.Tensor] = []  # each video's noise_kept (engine.denoise.kept), from the loop
             if denoise.supports(pipe):
                 steps = config.steps_for(shape.steps)
                 swap = self.swaps.get(shape.model)
@@ -126,6 +127,7 @@ class Engine:
                     pipe, prompt_embeds=embeds, negative_prompt_embeds=negative, height=shape.height,
                     width=shape.width, frames=shape.frames, steps=steps, generators=generators, guidance=guidance,
                     conditioning=conditioning, should_stop=should_stop, activate=swap.activate if swap else None,
+                    noise_kept=kept.append,
                 )
             elif config.lossy() or conditioning.any or any(r.latents_only for r in requests):
                 raise RenderError(f"{shape.model}: lossy settings, long videos and first frames need a pipeline "
@@ -157,14 +159,16 @@ class Engine:
             raise RenderError(f"pipeline returned frames of shape {videos.shape}, expected "
                               f"{(len(decode), shape.frames, shape.height, shape.width, 3)}")
         out, frames = [], iter(zip(videos, finite) if videos is not None else ())
+        noise = kept[0].tolist() if kept else [None] * len(requests)  # None: diffusers' own loop, not measured
         for i, request in enumerate(requests):
             if request.latents_only:
                 chunk = latents[i].float().cpu()
                 bad = (None if torch.isfinite(chunk).all()
                        else RenderError("render produced non-finite latents (NaN or Inf)"))
-                out.append(RenderedVideo(request, None, bad, share, latents=None if bad else chunk))
+                out.append(RenderedVideo(request, None, bad, share, latents=None if bad else chunk,
+                                         noise_kept=noise[i]))
             else:
-                out.append(checked(request, *next(frames), share))
+                out.append(replace(checked(request, *next(frames), share), noise_kept=noise[i]))
         return out
 
     def decode(self, model: str, latents: torch.Tensor, request: RenderRequest) -> RenderedVideo:
@@ -195,15 +199,16 @@ class Engine:
                 return RenderedVideo(request, None, RenderError(f"chunk {k}: {done.error}"), stages), chunks
             chunks.append(done.latents)
             stages = add_stages(stages, done.stages)
-        return self.finish_long(shape.model, chunks, chunk_plan, request, stages), chunks
+        return self.finish_long(shape.model, chunks, chunk_plan, request, stages, done.noise_kept), chunks
 
     def finish_long(self, model: str, chunks: list[torch.Tensor], chunk_plan, request: RenderRequest,
-                    stages: dict[str, float]) -> RenderedVideo:
+                    stages: dict[str, float], noise_kept: float | None = None) -> RenderedVideo:
         """A long video's last step, wherever its chunks were rendered: stitch their latents, decode once, and score
-        the seams. `stages` are the chunks' seconds; the decode's are added."""
+        the seams. `stages` are the chunks' seconds; the decode's are added. `noise_kept`: the last chunk's (the
+        one in hand where the job path stitches; every chunk is denoised by the same model)."""
         video = self.decode(model, stitch(chunks, chunk_plan), request)
         seams = seam_score(video.frames, chunk_plan.seams()) if video.frames is not None else None
-        return replace(video, stages=add_stages(stages, video.stages), seam_score=seams)
+        return replace(video, stages=add_stages(stages, video.stages), seam_score=seams, noise_kept=noise_kept)
 
     def _conditioning(self, info: ModelInfo, pipe, shape: Shape, requests, generators) -> Conditioning:
         """What the batch's videos start from besides their text (engine.conditioning): a long video's chunk tied

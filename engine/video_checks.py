@@ -19,6 +19,14 @@ What each measures, and where it comes from:
   the displacement in pixels but costs a search window's worth of differences per block, and flat regions make its
   answer ambiguous; a check that only has to tell "moves" from "does not" does not need it.
 - seam: engine.stitch.seam_score of a stitched long video (None for a video of one window).
+- structure: whether the frames read as decoded noise (a model that did nothing, or whose blocks are zero or random,
+  still passes the checks above: its VAE makes noise smooth). Spatial coherence S, the correlation of each frame's
+  luma (less its mean) with itself shifted by 1/8 of the shorter side, across and down, times temporal coherence T,
+  the mean correlation of consecutive frames' block-averaged luma (blocks of 1/8 of the side, less their mean). A
+  VAE's reach is its factor (4-16 px), so decoded noise is uncorrelated at 1/8 of a side and from one latent frame to
+  the next; a picture is not. Two numpy reductions a frame.
+- denoised: engine.denoise.kept of the video (how much of its initial noise its final latents kept: 1 when the
+  denoiser moved nothing, NaN when they are not finite); None where diffusers' own loop rendered it.
 
 The limits' defaults were chosen from 80 renders each of `toy` and `toy-fast` and from videos made bad on purpose
 (docs/QUALITY.md, "Checks on every video"); a registration may set its own (`checks:` in the models file).
@@ -63,6 +71,13 @@ class Thresholds:
     min_motion: float = 4.0
     # Fail when a long video's seam score is over this (engine.stitch.seam_score; REELBATCH_SEAM_REVIEW's default).
     max_seam: float = 2.0
+    # Fail when the frames' structure (S x T) is under this. Normal toy, toy-fast, toy-i2v renders read 0.432 and
+    # more (48 each), decoded noise (proj_out zeroed) 0.29 at most, zeroed or random blocks 0.14-0.47
+    # (docs/QUALITY.md). 0 turns it off: a random-weight model (`tiny`) draws noise by design.
+    min_structure: float = 0.40
+    # Fail when the final latents kept more of the initial noise than this (cosine). Normal renders: toy family
+    # 0.05-0.22, random-weight Wan models 0.83-0.88; a transformer that outputs nothing: 1.
+    max_noise_kept: float = 0.98
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -99,9 +114,12 @@ class VideoChecks:
     flicker: Check
     motion: Check
     seam: Check | None = None  # a long video's only
+    structure: Check | None = None  # None where min_structure is 0
+    denoised: Check | None = None  # None where the loop was not ours (noise_kept not measured)
 
     def all(self) -> list[Check]:
-        return [c for c in (self.blank, self.frozen, self.flicker, self.motion, self.seam) if c is not None]
+        return [c for c in (self.blank, self.frozen, self.flicker, self.motion, self.seam, self.structure,
+                            self.denoised) if c is not None]
 
     @property
     def passed(self) -> bool:
@@ -120,8 +138,9 @@ class VideoChecks:
 
 
 def check_video(frames: np.ndarray, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                seam_score: float | None = None) -> VideoChecks:
-    """Every check of uint8 (F, H, W, 3) frames against `thresholds`; `seam_score`: a stitched long video's."""
+                seam_score: float | None = None, noise_kept: float | None = None) -> VideoChecks:
+    """Every check of uint8 (F, H, W, 3) frames against `thresholds`; `seam_score`: a stitched long video's;
+    `noise_kept`: engine.denoise.kept's (NaN reads as 1: latents that are not finite were not denoised)."""
     if not isinstance(frames, np.ndarray) or frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be uint8 (F, H, W, 3), got {getattr(frames, 'dtype', type(frames))} "
                          f"{getattr(frames, 'shape', '')}")
@@ -135,6 +154,10 @@ def check_video(frames: np.ndarray, thresholds: Thresholds = DEFAULT_THRESHOLDS,
         flicker=Check("flicker", float(steps.mean()) if len(steps) else 0.0, t.max_flicker),
         motion=Check("motion", motion(luma), t.min_motion, at_most=False),
         seam=None if seam_score is None else Check("seam", float(seam_score), t.max_seam),
+        structure=None if t.min_structure == 0 else Check("structure", structure(luma), t.min_structure,
+                                                          at_most=False),
+        denoised=None if noise_kept is None else Check(
+            "denoised", 1.0 if not math.isfinite(noise_kept) else float(noise_kept), t.max_noise_kept),
     )
 
 
@@ -162,3 +185,28 @@ def motion(luma: np.ndarray) -> float:
     coarse = luma[:, :hb * block, :wb * block].reshape(f, hb, block, wb, block).mean(axis=(2, 4))
     return float(np.abs(coarse - coarse[:1]).mean(axis=(1, 2)).max())
 
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    """Correlation of two arrays already less their means (0 where either is flat)."""
+    d = float(np.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / d) if d > 0 else 0.0
+
+
+def structure(luma: np.ndarray) -> float:
+    """Spatial coherence (at a lag of 1/8 of the shorter side) times temporal coherence (consecutive frames'
+    block-averaged luma), each floored at 0; a video of one frame, or flat, reads 1 (blank and frozen judge those)."""
+    f, h, w = luma.shape
+    lag = max(1, min(h, w) // 8)
+    dev = luma - luma.mean(axis=(1, 2), keepdims=True)
+    if f < 2 or not dev.any():
+        return 1.0
+    across, down = (dev[:, :, :-lag], dev[:, :, lag:]), (dev[:, :-lag], dev[:, lag:])
+    num = (across[0] * across[1]).sum() + (down[0] * down[1]).sum()
+    den = np.sqrt(((across[0] ** 2).sum() + (down[0] ** 2).sum()) * ((across[1] ** 2).sum() + (down[1] ** 2).sum()))
+    spatial = float(num / den) if den > 0 else 0.0
+    hb, wb = h // lag, w // lag
+    coarse = luma[:, :hb * lag, :wb * lag].reshape(f, hb, lag, wb, lag).mean(axis=(2, 4))
+    coarse = coarse - coarse.mean(axis=(1, 2), keepdims=True)
+    temporal = float(np.mean([_corr(a, b) for a, b in zip(coarse[:-1], coarse[1:])]))
+    return max(spatial, 0.0) * max(temporal, 0.0)

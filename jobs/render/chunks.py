@@ -65,7 +65,8 @@ def stitch_long(factory: Factory, store: Store, engine: Engine, shape: Shape, un
     temporal_factor = engine.registry.get(shape.model).temporal_factor
     chunk_plan = ChunkPlan(unit.frames, shape.frames, unit.chunk_overlap, temporal_factor)
     with _DECODING:
-        return engine.finish_long(shape.model, [*earlier, video.latents], chunk_plan, video.request, video.stages)
+        return engine.finish_long(shape.model, [*earlier, video.latents], chunk_plan, video.request, video.stages,
+                                  video.noise_kept)
 
 
 # One stitch's decode at a time in a process, whatever the store's threads (jobs.render.store): each decodes a whole
