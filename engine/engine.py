@@ -28,6 +28,7 @@ from engine.pipelines import PipelineCache
 from engine.stitch import seam_score, stitch
 from engine.text_cache import TextEmbeddingCache
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape, add_stages
+from engine.video_checks import seam_jump
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,9 @@ class Engine:
         one in hand where the job path stitches; every chunk is denoised by the same model)."""
         video = self.decode(model, stitch(chunks, chunk_plan), request)
         seams = seam_score(video.frames, chunk_plan.seams()) if video.frames is not None else None
-        return replace(video, stages=add_stages(stages, video.stages), seam_score=seams, noise_kept=noise_kept)
+        jump = seam_jump(video.frames, chunk_plan.seams()) if video.frames is not None else None
+        return replace(video, stages=add_stages(stages, video.stages), seam_score=seams, seam_jump=jump,
+                       noise_kept=noise_kept)
 
     def _conditioning(self, info: ModelInfo, pipe, shape: Shape, requests, generators) -> Conditioning:
         """What the batch's videos start from besides their text (engine.conditioning): a long video's chunk tied

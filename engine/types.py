@@ -72,6 +72,8 @@ class RenderedVideo:
     latents: Any = field(default=None, compare=False, repr=False)
     # For a stitched long video: engine.stitch.seam_score of its frames.
     seam_score: float | None = None
+    # For a stitched long video: engine.video_checks.seam_jump of its frames.
+    seam_jump: float | None = None
     # How much of its initial noise its final latents kept (engine.denoise.kept: 1 when the denoiser moved nothing,
     # NaN when they are not finite); a long video's, its last chunk's. None: not measured (diffusers' own loop).
     noise_kept: float | None = None

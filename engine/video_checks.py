@@ -19,6 +19,9 @@ What each measures, and where it comes from:
   the displacement in pixels but costs a search window's worth of differences per block, and flat regions make its
   answer ambiguous; a check that only has to tell "moves" from "does not" does not need it.
 - seam: engine.stitch.seam_score of a stitched long video (None for a video of one window).
+- seam_jump: a long video's largest step (mean absolute difference) across a seam over the median step of the whole
+  video: a seam that jumps several times as far as the video usually moves, which the seam score (a mean over
+  seams, against the mean step) can average away.
 - structure: whether the frames read as decoded noise (a model that did nothing, or whose blocks are zero or random,
   still passes the checks above: its VAE makes noise smooth). Spatial coherence S, the correlation of each frame's
   luma (less its mean) with itself shifted by 1/8 of the shorter side, across and down, times temporal coherence T,
@@ -75,6 +78,8 @@ class Thresholds:
     # more (48 each), decoded noise (proj_out zeroed) 0.29 at most, zeroed or random blocks 0.14-0.47
     # (docs/QUALITY.md). 0 turns it off: a random-weight model (`tiny`) draws noise by design.
     min_structure: float = 0.40
+    # Fail when a long video's largest seam step is more than this many times its median step.
+    max_seam_jump: float = 3.0
     # Fail when the final latents kept more of the initial noise than this (cosine). Normal renders: toy family
     # 0.05-0.22, random-weight Wan models 0.83-0.88; a transformer that outputs nothing: 1.
     max_noise_kept: float = 0.98
@@ -114,12 +119,13 @@ class VideoChecks:
     flicker: Check
     motion: Check
     seam: Check | None = None  # a long video's only
+    seam_jump: Check | None = None  # a long video's only
     structure: Check | None = None  # None where min_structure is 0
     denoised: Check | None = None  # None where the loop was not ours (noise_kept not measured)
 
     def all(self) -> list[Check]:
-        return [c for c in (self.blank, self.frozen, self.flicker, self.motion, self.seam, self.structure,
-                            self.denoised) if c is not None]
+        return [c for c in (self.blank, self.frozen, self.flicker, self.motion, self.seam, self.seam_jump,
+                            self.structure, self.denoised) if c is not None]
 
     @property
     def passed(self) -> bool:
@@ -138,9 +144,11 @@ class VideoChecks:
 
 
 def check_video(frames: np.ndarray, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                seam_score: float | None = None, noise_kept: float | None = None) -> VideoChecks:
+                seam_score: float | None = None, noise_kept: float | None = None,
+                seam_jump: float | None = None) -> VideoChecks:
     """Every check of uint8 (F, H, W, 3) frames against `thresholds`; `seam_score`: a stitched long video's;
-    `noise_kept`: engine.denoise.kept's (NaN reads as 1: latents that are not finite were not denoised)."""
+    `seam_jump`: a stitched long video's (seam_jump below); `noise_kept`: engine.denoise.kept's (NaN reads as 1:
+    latents that are not finite were not denoised)."""
     if not isinstance(frames, np.ndarray) or frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be uint8 (F, H, W, 3), got {getattr(frames, 'dtype', type(frames))} "
                          f"{getattr(frames, 'shape', '')}")
@@ -154,6 +162,7 @@ def check_video(frames: np.ndarray, thresholds: Thresholds = DEFAULT_THRESHOLDS,
         flicker=Check("flicker", float(steps.mean()) if len(steps) else 0.0, t.max_flicker),
         motion=Check("motion", motion(luma), t.min_motion, at_most=False),
         seam=None if seam_score is None else Check("seam", float(seam_score), t.max_seam),
+        seam_jump=None if seam_jump is None else Check("seam_jump", float(seam_jump), t.max_seam_jump),
         structure=None if t.min_structure == 0 else Check("structure", structure(luma), t.min_structure,
                                                           at_most=False),
         denoised=None if noise_kept is None else Check(
@@ -210,3 +219,13 @@ def structure(luma: np.ndarray) -> float:
     coarse = coarse - coarse.mean(axis=(1, 2), keepdims=True)
     temporal = float(np.mean([_corr(a, b) for a, b in zip(coarse[:-1], coarse[1:])]))
     return max(spatial, 0.0) * max(temporal, 0.0)
+
+
+def seam_jump(frames: np.ndarray, seams: list[int]) -> float | None:
+    """The largest step across a seam (seams: the first frame of each later chunk) over the video's median step; None
+    without seams, inf where the median step is 0 and a seam moves."""
+    if not seams:
+        return None
+    steps = np.abs(np.diff(frames.astype(np.float32), axis=0)).mean(axis=(1, 2, 3))  # steps[i]: frame i -> i + 1
+    jump, median = float(steps[[s - 1 for s in seams]].max()), float(np.median(steps))
+    return jump / median if median > 0 else (float("inf") if jump > 0 else 1.0)

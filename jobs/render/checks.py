@@ -70,7 +70,8 @@ def check(factory: Factory, unit: ClaimedUnit, video: RenderedVideo,
           thresholds: Thresholds) -> Checked | ChecksFailed:
     """The video's checks, and what they mean for it under its run's `on_fail`."""
     start = time.perf_counter()
-    results = check_video(video.frames, thresholds, video.seam_score, video.noise_kept)
+    results = check_video(video.frames, thresholds, video.seam_score, video.noise_kept,
+                          video.seam_jump)
     checked = Checked(checks_json(unit.seed, results.as_dict(), results.passed), not results.passed,
                       time.perf_counter() - start)
     if results.passed or unit.on_fail == "flag":

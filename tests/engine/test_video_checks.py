@@ -9,7 +9,7 @@ correlations, and it has tests of its own below.
 import numpy as np
 import pytest
 
-from engine.video_checks import Thresholds, check_video, structure
+from engine.video_checks import Thresholds, check_video, seam_jump, structure
 
 NO_STRUCTURE = Thresholds(min_structure=0.0)
 
@@ -108,6 +108,23 @@ def test_a_seam_score_is_checked_against_its_limit():
     checks = check_video(video, Thresholds(max_seam=1.2, min_structure=0.0), seam_score=1.5)
     assert checks.reason() == "seam 1.5 > 1.2"
     assert checks.as_dict()["seam"] == {"value": 1.5, "limit": 1.2, "passed": False}
+
+
+def test_a_seam_that_jumps_five_median_steps_is_flagged():
+    # Flat frames at levels 0, 2, 4, 6, 16, 18, 20: steps 2, 2, 2, 10, 2, 2, median 2. A seam at frame 4 (the first
+    # frame of the second chunk) is the step 6 -> 16: 10 / 2 = 5.
+    video = np.stack([np.full((8, 8, 3), level, np.uint8) for level in (0, 2, 4, 6, 16, 18, 20)])
+    assert seam_jump(video, [4]) == 5.0
+    assert seam_jump(video, [2]) == 1.0  # a seam inside the even steps: 2 / 2
+    assert seam_jump(video, [2, 4]) == 5.0  # the largest seam's
+    assert seam_jump(video, []) is None
+    flat = Thresholds(min_structure=0.0, max_blank=1.0)  # flat frames read as blank
+    checks = check_video(video, flat, seam_jump=5.0)
+    assert checks.reason() == "seam_jump 5 > 3"
+    assert check_video(video, flat, seam_jump=1.0).passed
+    # A still video whose one seam moves: no median step to compare with, flagged.
+    still = np.stack([np.full((8, 8, 3), level, np.uint8) for level in (9, 9, 9, 30, 30)])
+    assert seam_jump(still, [3]) == float("inf")
 
 
 def test_thresholds_must_be_finite_and_not_negative():
