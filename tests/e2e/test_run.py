@@ -6,6 +6,7 @@ import os
 import re
 import sqlite3
 import subprocess
+import sys
 
 import boto3
 import pytest
@@ -26,10 +27,38 @@ DEMO_JUDGED = {"red-circle-left": {"colour": True, "shape": True, "direction": T
                "green-square-down": {"colour": False, "shape": True, "direction": True, "background": True}}
 
 
-# The README's SHA-256 prefixes of the demo's videos on one machine (AVX-512): the same however many threads and
-# however loaded (engine/cpu_math.py holds MKL to its reproducible AVX2 kernels).
-DEMO_SHA256 = {"red-circle-left": "9289971ba074", "blue-square-up": "e9f63e1d66e5",
-               "yellow-circle-right": "a4c081f42fc2", "green-square-down": "ad6b753c8ddc"}
+# The demo's SHA-256 prefixes, keyed by what decides them: the kernel oneDNN runs the model's fp32 convolutions with
+# (torch's CPU build sends them to oneDNN, which picks its code from the CPU it finds). MKL's matrix products are held
+# to one code path (engine/cpu_math.py), and ATen's own kernels did not change a byte: with ATEN_CPU_CAPABILITY=avx2
+# torch reports the capability AVX2 and renders the AVX512 row. Measured 2026-12-05 on an Intel Xeon with AVX-512 and
+# AMX (torch 2.13.0, oneDNN 3.12.0; torch's capability AVX512), on 1 and 3 threads: the first row as it comes, the
+# second with ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's AVX2 code, what a CPU without AVX-512 runs; ATen held to AVX2 as well
+# gave the same four), which is also what the issue's CI machine (AVX-512, its capability unrecorded) rendered for
+# green-square-down. Only green-square-down, a batch of one at guidance 6, differs between the two.
+DEMO_SHA256 = {"jit:avx512_core": {"red-circle-left": "9289971ba074", "blue-square-up": "e9f63e1d66e5",
+                                   "yellow-circle-right": "a4c081f42fc2", "green-square-down": "ad6b753c8ddc"},
+               "jit:avx2": {"red-circle-left": "9289971ba074", "blue-square-up": "e9f63e1d66e5",
+                            "yellow-circle-right": "a4c081f42fc2", "green-square-down": "aea2caaa60dd"}}
+
+# One of the toy model's own convolutions (32 to 16 channels, 3x3, a 32x32 frame), run with oneDNN's log on: the log
+# names the kernel it ran (`jit:avx512_core`, `jit:avx2`, ...).
+CONV_PROBE = """
+import torch
+with torch.no_grad():
+    torch.nn.Conv2d(32, 16, 3, padding=1)(torch.zeros(1, 32, 32, 32))
+"""
+
+
+def conv_kernel(env: dict) -> str:
+    """The oneDNN kernel a fp32 convolution runs on this machine under `env`, as its log names it."""
+    proc = subprocess.run([sys.executable, "-c", CONV_PROBE], env={**env, "ONEDNN_VERBOSE": "1"}, text=True,
+                          capture_output=True, check=True, timeout=120)
+    (fields,) = [line.split(",") for line in proc.stdout.splitlines() if ",exec,cpu,convolution," in line]
+    return fields[fields.index("convolution") + 1]
+
+
+def video_sha(folder, video: str) -> str:
+    return hashlib.sha256((folder / "outputs" / "demo" / f"{video}.mp4").read_bytes()).hexdigest()[:12]
 
 
 def check_videos(report: dict, read_bytes) -> None:
@@ -68,7 +97,9 @@ def test_run_demo_to_a_local_folder(demo):
         assert v["uri"] == f"file://{tmp_path / 'outputs' / 'demo' / v['id']}.mp4"
         assert probe_mp4(tmp_path / "outputs" / "demo" / f"{v['id']}.mp4").moov_first
     check_videos(report, lambda uri: open(uri[len("file://"):], "rb").read())
-    assert {v["id"]: v["sha256"][:12] for v in report["videos"]} == DEMO_SHA256
+    kernel = conv_kernel(cli.env)
+    if kernel in DEMO_SHA256:  # another kernel's bytes are not known: the runs below still compare with this one
+        assert {v["id"]: v["sha256"][:12] for v in report["videos"]} == DEMO_SHA256[kernel], kernel
     results = [json.loads(line) for line in (tmp_path / "outputs" / "demo" / "results.jsonl").read_text().splitlines()]
     assert [(r["id"], r["uri"], r["sha256"]) for r in results] == \
         [(v["id"], v["uri"], v["sha256"]) for v in report["videos"]]
@@ -81,7 +112,10 @@ def test_run_demo_to_a_local_folder(demo):
     assert session["state"] == "stopped" and 0 < session["charged_s"] < session["up_s"] and session["idle_s"] > 0
     assert abs(session["charged_micro_usd"] + session["idle_micro_usd"] - session["total_micro_usd"]) < 10_000
     assert session["runs"] == {str(report["run_id"]): len(report["videos"])}
-    assert report["cost"]["idle_usd"] == pytest.approx(session["idle_micro_usd"] / 1e6)
+    # The run's idle share: the session's idle seconds before its last work (it served this run alone); the idle
+    # after it (the worker shutting down) is the ledger's, not the run's.
+    assert 0 < session["spread_micro_usd"] <= session["idle_micro_usd"]
+    assert report["cost"]["idle_usd"] == pytest.approx(session["spread_micro_usd"] / 1e6)
     assert "charged to videos" in cli("ledger").stdout
     plan = cli.json("capacity", "--run", "demo", "--gpus", "8")
     ceiling, sustainable, budget = plan["levels"]
@@ -103,16 +137,22 @@ def test_run_demo_to_a_local_folder(demo):
 
 
 def test_the_demo_renders_the_same_bytes_on_one_thread_or_three(cli, tmp_path):
-    """`green-square-down`, a batch of one, is the video whose bytes followed MKL's thread count and vector width."""
+    """`green-square-down`, a batch of one, is the video whose bytes followed MKL's thread count and vector width: on
+    one machine, one thread and three give the same bytes; held to oneDNN's AVX2 code it gives that code's bytes, the
+    ones a CPU without AVX-512 renders (on such a CPU the setting changes nothing)."""
     demo = yaml.safe_load(DEMO.read_text())
     demo["videos"] = [v for v in demo["videos"] if v["id"] == "green-square-down"]  # the seed: from run name and id
-    for threads in ("1", "3"):
-        folder = tmp_path / f"threads-{threads}"
+    rendered = {}
+    for label, env in (("1", {"OMP_NUM_THREADS": "1"}), ("3", {"OMP_NUM_THREADS": "3"}),
+                       ("avx2", {"OMP_NUM_THREADS": "1", "ONEDNN_MAX_CPU_ISA": "AVX2"})):
+        folder = tmp_path / f"threads-{label}"
         folder.mkdir()
         (folder / "demo.yaml").write_text(yaml.safe_dump(demo))
-        Cli(folder, {**cli.env, "OMP_NUM_THREADS": threads})("run", "demo.yaml")
-        data = (folder / "outputs" / "demo" / "green-square-down.mp4").read_bytes()
-        assert hashlib.sha256(data).hexdigest()[:12] == DEMO_SHA256["green-square-down"], f"{threads} thread(s)"
+        Cli(folder, {**cli.env, **env})("run", "demo.yaml")
+        rendered[label] = video_sha(folder, "green-square-down")
+    assert rendered["1"] == rendered["3"], rendered
+    assert conv_kernel({**cli.env, "ONEDNN_MAX_CPU_ISA": "AVX2"}) == "jit:avx2"
+    assert rendered["avx2"] == DEMO_SHA256["jit:avx2"]["green-square-down"], rendered
 
 
 def test_the_html_report_renders_offline_in_a_real_browser(demo, tmp_path, chromium):
