@@ -13,6 +13,7 @@ from jobs.cli.plan import budget, estimate
 from jobs.cli.quality import quality
 from jobs.cli.reports import capacity, ledger_cmd, report
 from jobs.cli.runs import cancel, resume, status
+from jobs.cli.scale import scale
 from jobs.cli.schedule import beat, schedule_app
 from jobs.cli.settings import settings_cmd
 from jobs.cli.submit import run, submit
@@ -37,6 +38,7 @@ app.add_typer(team_app, name="team")
 app.add_typer(token_app, name="token")
 app.command()(budget)
 app.command()(capacity)
+app.command()(scale)
 app.command("ledger")(ledger_cmd)
 app.add_typer(schedule_app, name="schedule")
 app.command()(beat)

@@ -15,7 +15,11 @@ serves on PORT. Scrape every port of every worker; sum across them in queries.
   reelbatch_team_month_usd{team}: its charges this calendar month (UTC), as the fleet's sweeper last saw (gauges;
   every worker that sweeps reports the same figure: take the max, not the sum);
 - reelbatch_deadline_at_risk{run}: 1 when that run is projected to miss its deadline (or no worker is alive to
-  render it), else 0 (gauge).
+  render it), else 0 (gauge);
+- reelbatch_desired_workers{model}: the workers that model's queue wants now (jobs.cost.scale, the figure
+  `reelbatch scale` and KEDA's query give), as the fleet's sweeper last saw (gauge; take the max, not the sum);
+- reelbatch_worker_busy: 1 while this process renders a batch, else 0, read when scraped (gauge): a scale-down
+  stops a worker whose every process reads 0 (it still drains on SIGTERM).
 """
 
 from __future__ import annotations
@@ -39,7 +43,26 @@ TEAM_RUNNING = Gauge("reelbatch_team_running", "A team's videos running", ["team
 TEAM_QUEUED = Gauge("reelbatch_team_queued", "A team's videos pending", ["team"])
 TEAM_MONTH_USD = Gauge("reelbatch_team_month_usd", "A team's charges this calendar month (UTC)", ["team"])
 
+DESIRED_WORKERS = Gauge("reelbatch_desired_workers", "Workers a model's queue wants now", ["model"])
+WORKER_BUSY = Gauge("reelbatch_worker_busy", "1 while this process renders a batch")
+
 _served: int | None = None
+_desired_shown: set[str] = set()
+
+
+def publish_scale(found) -> None:
+    """Set reelbatch_desired_workers from jobs.cost.scale.signals' values; a model seen before that has no work left
+    reads 0 (a scaler reading an absent series would not scale it down)."""
+    for gone in _desired_shown - {m.model for m in found}:
+        DESIRED_WORKERS.labels(gone).set(0)
+    for m in found:
+        DESIRED_WORKERS.labels(m.model).set(m.desired)
+        _desired_shown.add(m.model)
+
+
+def watch_busy(busy) -> None:
+    """reelbatch_worker_busy reads `busy` (a threading.Event set while this process renders) at each scrape."""
+    WORKER_BUSY.set_function(lambda: 1.0 if busy.is_set() else 0.0)
 
 
 def publish_teams(usage) -> None:

@@ -30,7 +30,7 @@ from jobs.db.connect import session_factory
 from jobs.db.queries import UNGATED_MARK
 from jobs.observe import logs
 from jobs.observe.identity import worker_id
-from jobs.observe.prometheus import serve
+from jobs.observe.prometheus import serve, watch_busy
 from jobs.render.finisher import Finisher
 from jobs.render.serving import gated_models
 from jobs.render.stopping import Stopping
@@ -136,6 +136,7 @@ def start_sweeper() -> None:
     if config.worker.metrics_port:
         index = getattr(current_process(), "index", None)  # a prefork child's pool index; none in a solo worker
         serve(config.worker.metrics_port + (0 if index is None else index + 1))
+        watch_busy(busy)
     app = current_app._get_current_object()  # the worker's app, taken here in its main thread
     paid = meter()
     try:

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from jobs.claims import claims, leases
-from jobs.cost import ledger
+from jobs.cost import ledger, scale
 from jobs.cost.meter import Meter
 from jobs.db import limits, teams
 from jobs.db.base import utcnow
@@ -83,6 +83,7 @@ class Sweeper(threading.Thread):
             finished.catch_up(self.settings, self.factory)
             if self.settings.worker.metrics_port:  # each team's figures, from the sweeping worker only
                 prometheus.publish_teams(teams.usage(self.factory))
+                prometheus.publish_scale(scale.signals_now(self.factory))
         elif self.settings.worker.metrics_port:  # this process's own deadline gauges
             self.gauges.publish(self.factory)
         send.deliver_due(self.settings, self.factory)
