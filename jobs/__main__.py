@@ -1,3 +1,3 @@
-from jobs.main import app
+from jobs.main import main
 
-app(prog_name="reelbatch")
+main()

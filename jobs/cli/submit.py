@@ -16,7 +16,8 @@ from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError
 from jobs.reports.text import print_report
 from jobs.settings import Settings
-from jobs.usecases import reports, submit as submitting
+from jobs.usecases import reports
+from jobs.usecases import submit as submitting
 from jobs.usecases.submit import Options
 
 ManifestArg = Annotated[Path, typer.Argument(help="A manifest file: .yaml/.yml (a run) or .jsonl (one video a line).")]
@@ -46,10 +47,19 @@ def submit(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, 
         fail(exc)
     if json_:
         out.print_json(json.dumps({"run_id": s.run_id, "name": s.name, "videos": s.videos, "created": s.created,
-                                   "pending": s.pending_units}))
+                                   "pending": s.pending_units, "queued": s.unqueued is None,
+                                   "unqueued": s.unqueued}))
     else:
         verb = "created" if s.created else "exists:"
         out.print(f"run {s.run_id} {verb} {s.name} ({s.videos} videos, {s.pending_units} pending)")
+    if s.unqueued is not None:
+        err.print(unqueued_line(s), highlight=False)
+
+
+def unqueued_line(s) -> str:
+    return (f"warning: run {s.run_id} {s.name} is recorded, but its work was not queued: {s.unqueued} "
+            f"(REELBATCH_BROKER_URL). Nothing is lost: once the broker answers, the first sweep of a worker that "
+            f"serves {s.model} queues its {s.pending_units} pending units.")
 
 
 def run(manifest: ManifestArg, name: NameOpt = None, model: ModelOpt = None, output: OutputOpt = None,

@@ -151,6 +151,29 @@ def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Row, int]]]
         return row, [(v, int(v.cost_micro_usd)) for v in videos]
 
 
+def video_page(factory: Factory, run: str, states: tuple[str, ...] = (), flagged: bool | None = None,
+               after: int = 0, limit: int = 100) -> tuple[Run, list[tuple[Row, int]]]:
+    """Up to `limit` of a run's videos in the order they were submitted, after the one whose row id is `after`,
+    with their summed costs (as load_report's rows): those in `states` (any when empty), flagged or needs_review
+    when `flagged` is true (neither when false). Read through the run's (run_id, status) index and the primary key,
+    so a page of a 100,000-video run costs what a page of a small one does."""
+    with factory() as s:
+        run_id = _run_id(s, run)
+        row = s.get(Run, run_id)
+        cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
+                .where(CostRecord.video_id == Video.id).scalar_subquery())
+        columns = [c for c in Video.__table__.columns if c.name != "attempts"]
+        query = (select(*columns, report_attempts().label("attempts"), cost.label("cost_micro_usd"))
+                 .where(Video.run_id == run_id, Video.id > after))
+        if states:
+            query = query.where(Video.status.in_([Status(x) for x in states]))
+        if flagged is not None:
+            either = or_(Video.flagged, Video.needs_review)
+            query = query.where(either if flagged else ~either)
+        videos = s.execute(query.order_by(Video.id).limit(limit)).all()
+        return row, [(v, int(v.cost_micro_usd)) for v in videos]
+
+
 def report_attempts():
     """A video's attempts as its report states them: one, plus each retry of any of its chunks (0 if never claimed).
     The `attempts` column counts every chunk's claim, so a long video of three chunks rendered once holds 3 there: a

@@ -53,6 +53,8 @@ class Submitted:
     created: bool
     pending_units: int
     model: str
+    # Set by jobs.usecases.submit when the run is recorded but its tickets could not be sent: what the broker said.
+    unqueued: str | None = None
 
 
 def submit_run(factory: Factory, spec: RunSpec, *, output: str, new_run: bool = False,

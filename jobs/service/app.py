@@ -26,7 +26,7 @@ from jobs.errors import ReelbatchError, RunNameTaken, RunNotFound, UsageError
 from jobs.manifest.specs import ManifestError
 from jobs.service.auth import Authenticate
 from jobs.service.contract import describe
-from jobs.service.guards import BodyLimit, SubmitRate
+from jobs.service.guards import BodyLimit, Rates
 from jobs.settings import Settings
 from jobs.usecases.submit import Refused
 from storage.stores import StoreError
@@ -39,7 +39,10 @@ class ServiceConfig:
     # A manifest's body: reelbatch reads manifests of up to 64 MiB (jobs.manifest.read); 16 MiB holds ~50,000
     # videos of a typical JSONL line and keeps one request's memory bounded.
     max_body_bytes: int = 16 << 20
+    # Per team, in any minute (jobs.service.guards.Rates); past them: 429 with Retry-After.
     submits_per_minute: int = 30
+    estimates_per_minute: int = 30
+    changes_per_minute: int = 60
     # How long a presigned S3 URL (a video or poster) stays valid: long enough to start a download.
     presign_s: int = 300
     # Where uploaded manifests are written while they are read (jobs.service.uploads); `serve` empties it at start.
@@ -56,7 +59,8 @@ def create_app(settings: Settings, config: ServiceConfig = ServiceConfig()) -> F
                               "`Authorization: Bearer TOKEN` (`reelbatch token create --team NAME`).")
     app.state.settings, app.state.config = settings, config
     app.state.factory = session_factory(settings.database_url)
-    app.state.rate = SubmitRate(config.submits_per_minute)
+    app.state.rate = Rates({"submissions": config.submits_per_minute, "estimates": config.estimates_per_minute,
+                            "changes": config.changes_per_minute})
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(Authenticate)  # added last, so it runs first: no body is read for a request without a token
     for module in (submit_routes, run_routes, video_routes, page):

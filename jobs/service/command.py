@@ -24,6 +24,11 @@ def serve(
         "--max-body-bytes", min=1, help="Largest request body (a manifest); larger: 413.")] = 16 << 20,
     submits_per_minute: Annotated[int, typer.Option(
         "--submits-per-minute", min=1, help="Submissions a team may make in any minute; more: 429.")] = 30,
+    estimates_per_minute: Annotated[int, typer.Option(
+        "--estimates-per-minute", min=1, help="Estimates a team may ask for in any minute; more: 429.")] = 30,
+    changes_per_minute: Annotated[int, typer.Option(
+        "--changes-per-minute", min=1, help="Cancels, resumes and budget changes a team may make in any minute; "
+                                            "more: 429.")] = 60,
     forwarded_allow_ips: Annotated[str, typer.Option(
         "--forwarded-allow-ips", help="Proxies whose X-Forwarded-* headers are believed.")] = "127.0.0.1",
 ) -> None:
@@ -44,7 +49,8 @@ def serve(
         upload_dir = settings.engine.cache_dir / "uploads" / str(port)
         uploads.clear(upload_dir)
         app = create_app(settings, ServiceConfig(max_body_bytes=max_body_bytes, submits_per_minute=submits_per_minute,
-                                                 upload_dir=upload_dir))
+                                                 estimates_per_minute=estimates_per_minute,
+                                                 changes_per_minute=changes_per_minute, upload_dir=upload_dir))
     except ReelbatchError as exc:
         print(exc, file=sys.stderr)  # a user error: its message, no traceback
         raise typer.Exit(exc.exit_code) from None

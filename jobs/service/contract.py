@@ -38,6 +38,8 @@ class Submitted(BaseModel):
     videos: int
     created: bool
     pending: int
+    # False: the run is recorded but the broker could not be reached; a worker's sweep queues it once it answers.
+    queued: bool
 
 
 # A budget is a number of US dollars, or `none` / null for no cap: never a boolean or a string of digits
@@ -77,7 +79,8 @@ STATUSES: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/runs/{run}"): _RUN, ("get", "/v1/runs/{run}/report"): _RUN,
     ("get", "/v1/runs/{run}/results.jsonl"): (*_RUN, 502), ("get", "/v1/runs/{run}/errors.jsonl"): (*_RUN, 502),
     ("post", "/v1/runs/{run}/cancel"): (*_RUN, 429), ("post", "/v1/runs/{run}/resume"): (*_RUN, 429),
-    ("put", "/v1/runs/{run}/budget"): (*_RUN, 413),
+    ("put", "/v1/runs/{run}/budget"): (*_RUN, 413, 429),
+    ("get", "/v1/runs/{run}/videos"): _RUN,
     ("get", "/v1/runs/{run}/videos/{video}.mp4"): (*_RUN, 502),
     ("get", "/v1/runs/{run}/videos/{video}/poster.jpg"): (*_RUN, 502),
 }

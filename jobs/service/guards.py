@@ -1,5 +1,6 @@
 """What the service refuses before it does any work: a request body over `max_body_bytes` (413), and a team's
-submissions past `submits_per_minute` (429 with Retry-After). Neither records anything."""
+submissions, estimates or changes (cancel, resume, budget) past their limits a minute (429 with Retry-After). Neither
+records anything."""
 
 from __future__ import annotations
 
@@ -56,26 +57,34 @@ async def _too_large(send, max_bytes: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class SubmitRate:
-    """At most `per_minute` submissions a team in any 60 seconds (a sliding window, in this process: run one
-    `serve` per database, or put the limit in the proxy too). A refused one says when the next is allowed."""
+class Rates:
+    """Per team and kind of request, at most `limits[kind]` requests in any 60 seconds (a sliding window, in this
+    process: run one `serve` per database, or put the limits in the proxy too). A refused one says when the next is
+    allowed and which `serve` option sets the limit. The kinds are what costs the service time: a submission (a
+    manifest recorded and queued), an estimate (a manifest checked and priced, as long as a submission's checks) and a
+    change (cancel, resume, budget: one statement over a run's videos)."""
 
     WINDOW_S = 60.0
+    OPTIONS = {"submissions": "--submits-per-minute", "estimates": "--estimates-per-minute",
+               "changes": "--changes-per-minute"}
 
-    def __init__(self, per_minute: int, clock=time.monotonic) -> None:
-        self.per_minute, self.clock = per_minute, clock
-        self._seen: dict[int, deque[float]] = {}
+    def __init__(self, limits: dict[str, int], clock=time.monotonic) -> None:
+        unknown = set(limits) - set(self.OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown kinds of request: {sorted(unknown)}")
+        self.limits, self.clock = dict(limits), clock
+        self._seen: dict[tuple[int, str], deque[float]] = {}
         self._lock = threading.Lock()
 
-    def check(self, team: TeamInfo) -> None:
-        now = self.clock()
+    def check(self, team: TeamInfo, kind: str) -> None:
+        limit, now = self.limits[kind], self.clock()
         with self._lock:
-            seen = self._seen.setdefault(team.id, deque())
+            seen = self._seen.setdefault((team.id, kind), deque())
             while seen and seen[0] <= now - self.WINDOW_S:
                 seen.popleft()
-            if len(seen) >= self.per_minute:
+            if len(seen) >= limit:
                 wait = max(1, math.ceil(seen[0] + self.WINDOW_S - now))
-                raise HTTPException(429, detail=f"team {team.name}: over {self.per_minute} submissions a minute "
-                                                f"(serve --submits-per-minute); retry in {wait} s",
+                raise HTTPException(429, detail=f"team {team.name}: over {limit} {kind} a minute "
+                                                f"(serve {self.OPTIONS[kind]}); retry in {wait} s",
                                     headers={"Retry-After": str(wait)})
             seen.append(now)

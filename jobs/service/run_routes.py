@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
@@ -33,9 +33,15 @@ def run_status(request: Request, team: Team, run: RunName) -> dict:
     return found
 
 
-@router.get("/{run}/report", summary="One run's report", description="The same JSON as `reelbatch report RUN --json`.")
-def report(request: Request, team: Team, run: RunName) -> dict:
-    return reports.report(request.app.state.settings, run, team=team)
+@router.get("/{run}/report", summary="One run's report", description="The same JSON as `reelbatch report RUN --json`, "
+            "its `videos` the first `entries` of them (default 1,000; `videos_omitted`: how many more): page through "
+            "the rest with `GET /v1/runs/{run}/videos`.")
+def report(request: Request, team: Team, run: RunName,
+           entries: Annotated[int, Query(ge=0, le=10000)] = 1000) -> dict:
+    data = reports.report(request.app.state.settings, run, team=team, listed=entries)
+    data["videos_omitted"] = sum(data["counts"].values()) - min(entries, len(data["videos"]))
+    data["videos"] = data["videos"][:entries]
+    return data
 
 
 def _result_file(request: Request, team: TeamInfo, run: str, which: str) -> Response:
@@ -58,6 +64,7 @@ def errors(request: Request, team: Team, run: RunName) -> Response:
 @router.post("/{run}/cancel", summary="Cancel a run", description="As `reelbatch cancel`: pending videos now, "
              "running batches at their next step. Idempotent.")
 async def cancel(request: Request, team: Team, run: RunName) -> dict:
+    request.app.state.rate.check(team, "changes")
     changed = await run_in_threadpool(runs.cancel, request.app.state.settings, run, team)
     return {"name": changed.name, "cancelled": changed.videos}
 
@@ -65,6 +72,7 @@ async def cancel(request: Request, team: Team, run: RunName) -> dict:
 @router.post("/{run}/resume", summary="Resume a run", description="As `reelbatch resume`: failed and cancelled "
              "videos back in the queue. Idempotent.")
 async def resume(request: Request, team: Team, run: RunName) -> dict:
+    request.app.state.rate.check(team, "changes")
     changed = await run_in_threadpool(runs.resume, request.app.state.settings, run, team)
     return {"name": changed.name, "requeued": changed.videos}
 
@@ -74,6 +82,7 @@ async def resume(request: Request, team: Team, run: RunName) -> dict:
 async def budget(request: Request, team: Team, run: RunName,
                  max_cost_usd: Annotated[Usd, Body(embed=True)]) -> dict:
     cap = usd_cap(max_cost_usd)
+    request.app.state.rate.check(team, "changes")
     change = await run_in_threadpool(runs.change_budget, request.app.state.settings, run, cap, team)
     return {"name": change.name, "max_cost_usd": change.max_cost_usd, "charged_usd": change.charged_usd,
             "requeued": change.requeued}

@@ -82,7 +82,8 @@ async def submit(request: Request, team: Team, name: Optional[str] = None, model
                  filename: Optional[str] = None) -> JSONResponse:
     settings = checked(request.app.state.settings, team, output, name)
     filename, data = await _manifest(request, filename)
-    request.app.state.rate.check(team)  # a submission is a manifest sent, whether it then passes its checks or not
+    # A submission is a manifest sent, whether it then passes its checks or not.
+    request.app.state.rate.check(team, "submissions")
 
     def work(path: Path):
         return submit_manifest(settings, path, Options(name, model, output, tuple(set_ or ()), notify, served=True),
@@ -90,7 +91,7 @@ async def submit(request: Request, team: Team, name: Optional[str] = None, model
 
     s = await run_in_threadpool(_read, work, filename, data, request.app.state.config.upload_dir)
     return JSONResponse({"run_id": s.run_id, "name": s.name, "videos": s.videos, "created": s.created,
-                         "pending": s.pending_units}, 201 if s.created else 200)
+                         "pending": s.pending_units, "queued": s.unqueued is None}, 201 if s.created else 200)
 
 
 @router.post("/estimate", summary="Estimate a manifest", description=_DOC + " Checks it as a submission would and "
@@ -101,6 +102,7 @@ async def estimate(request: Request, team: Team, name: Optional[str] = None, mod
                    filename: Optional[str] = None) -> dict:
     settings = checked(request.app.state.settings, team, output, name)
     filename, data = await _manifest(request, filename)
+    request.app.state.rate.check(team, "estimates")
     options = Options(name, model, output, tuple(set_ or ()), served=True)
     return await run_in_threadpool(_read, lambda path: estimate_manifest(settings, path, options, gpus),
                                    filename, data, request.app.state.config.upload_dir)

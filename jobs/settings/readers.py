@@ -9,7 +9,7 @@ from pathlib import Path
 from engine.models import MODEL_NAME
 from jobs.manifest.outputs import canonical_output
 from jobs.manifest.urls import BadUrl, allowed_prefixes
-from jobs.manifest.values import FieldError
+from jobs.manifest.values import FieldError, shown
 
 
 class BadValue(ValueError):
@@ -104,6 +104,16 @@ def output(raw: str) -> str:
     """An output URI, checked as a manifest's `output` is (jobs.manifest.outputs); made canonical where it is used,
     since a relative folder means the working folder of the process that submits."""
     try:
+        return _output_part(raw)
+    except BadValue as exc:
+        # The variable's error adds what it got: the check's own ", got ..." of the same text is not said twice.
+        said, same = str(exc), f", got {shown(raw.strip())}"
+        raise BadValue(said[:-len(same)] if said.endswith(same) else said) from None
+
+
+def _output_part(raw: str) -> str:
+    """One URI of a list of them, its error naming it (the variable's adds the whole list)."""
+    try:
         canonical_output(raw.strip())
     except FieldError as exc:
         raise BadValue(str(exc)) from None
@@ -111,7 +121,7 @@ def output(raw: str) -> str:
 
 
 def prefixes(raw: str) -> tuple[str, ...]:
-    return tuple(output(p) for p in raw.split(",") if p.strip())
+    return tuple(_output_part(p) for p in raw.split(",") if p.strip())
 
 
 def input_prefixes(raw: str) -> tuple[str, ...]:
@@ -120,10 +130,10 @@ def input_prefixes(raw: str) -> tuple[str, ...]:
     found = []
     for prefix in (p.strip() for p in raw.split(",")):
         if prefix.startswith("/"):
-            output("file://" + prefix)
+            _output_part("file://" + prefix)
             found.append(prefix)
         elif prefix.startswith(("file://", "s3://")):
-            found.append(output(prefix))
+            found.append(_output_part(prefix))
         elif prefix:
             raise BadValue(f"{prefix!r} must be an absolute folder (/dir/), file:///dir/ or s3://bucket/prefix/")
     return tuple(found)

@@ -49,6 +49,27 @@ def report(settings: Settings, run: str, team: TeamInfo | None = None, listed: i
 
 
 @dataclass(frozen=True)
+class VideoPage:
+    """A page of a run's videos (their report entries, in the order submitted) and the `after` of the next page
+    (None: this was the last)."""
+
+    videos: list[dict]
+    next: int | None
+
+
+def video_page(settings: Settings, run: str, team: TeamInfo | None = None, states: tuple[str, ...] = (),
+               flagged: bool | None = None, after: int = 0, limit: int = 100) -> VideoPage:
+    """Up to `limit` of a run's videos after row id `after`: those in `states` (all when empty), flagged by their
+    checks or marked for review when `flagged` is true (neither when false). What the API's video list and the live
+    page read instead of a whole report."""
+    factory = session_factory(settings.database_url)
+    _, rows = queries.video_page(factory, _run_name(factory, run, team), states, flagged, after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return VideoPage([{**entry(v, micro), "row": v.id} for v, micro in rows], rows[-1][0].id if more else None)
+
+
+@dataclass(frozen=True)
 class SqlReport:
     """A report counted by PostgreSQL in one snapshot: the data, and `--json`'s entries as chunks of JSON text."""
 

@@ -98,10 +98,24 @@ def submit_manifest(settings: Settings, manifest: Path, options: Options = Optio
     with shown.count(f"recording {spec.name}", len(spec.videos)) as advance:
         submitted = submission.submit_run(factory, spec, output=spec.output, new_run=new_run, team_id=team_id)
         advance(len(spec.videos))
-    if submitted.pending_units:
+    # An unchanged resubmission is a lookup: its work was queued when it was recorded, and a ticket that went missing
+    # since is sent again by a worker's sweep (jobs.work.sweeper). `run`'s embedded worker starts now, so it gets
+    # tickets for what is pending.
+    if submitted.pending_units and (submitted.created or embedded):
+        import kombu.exceptions
+
         from jobs.work.app import create_app  # here, not at the top: Celery is only for use cases that queue
         from jobs.work.tickets import MAX_TICKETS, send_tickets
 
-        with shown.count(f"queueing {submitted.name}", min(submitted.pending_units, MAX_TICKETS)) as advance:
-            send_tickets(create_app(settings), submitted.pending_units, submitted.model, on_sent=lambda: advance(1))
+        try:
+            with shown.count(f"queueing {submitted.name}", min(submitted.pending_units, MAX_TICKETS)) as advance:
+                send_tickets(create_app(settings), submitted.pending_units, submitted.model,
+                             on_sent=lambda: advance(1))
+        except kombu.exceptions.OperationalError as exc:
+            if embedded:
+                raise  # `run` cannot render without its broker: jobs.main says so in one line, and the run stays
+            # The run is recorded (one transaction, before any ticket): it stays, and its work is claimable. The
+            # first sweep of a worker that serves its model once the broker answers queues it (jobs.work.sweeper).
+            said = str(exc).strip().rstrip(".").splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return dataclasses.replace(submitted, unqueued=f"the broker cannot be reached ({said})")
     return submitted

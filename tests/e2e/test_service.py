@@ -74,9 +74,25 @@ def test_the_live_page_follows_a_run_in_a_real_browser(tmp_path, model_cache, ch
         assert answer.status_code == 201, answer.text
         shutil.copy(pictures / "blue-circle.png", inputs / "pic.png")
 
+        # A run cancelled before any worker starts: it must not look done.
+        dropped = MANIFEST.replace("served", "dropped")
+        assert ours.post("/v1/runs", content=dropped, headers={"content-type": "application/yaml"}).status_code == 201
+        assert ours.post("/v1/runs/dropped/cancel").json() == {"name": "dropped", "cancelled": 2}
+
         browser.open(svc.url + "/")
+        # Count the page's polls in flight (each starts with GET /v1/runs): never two at once.
+        browser.js("window.inFlight = 0; window.mostInFlight = 0; const plain = window.fetch; "
+                   "window.fetch = async (path, options) => { const poll = path === '/v1/runs'; "
+                   "if (poll) { window.inFlight++; window.mostInFlight = Math.max(window.mostInFlight, "
+                   "window.inFlight); } try { return await plain(path, options); } "
+                   "finally { if (poll) window.inFlight--; } }; true")
         browser.js(f"document.getElementById('token').value = {json.dumps(token)}; "
                    "document.getElementById('login').requestSubmit(); true")
+        cancelled = "[data-run=dropped]"
+        assert browser.until(f"document.querySelector('{cancelled}')?.dataset.state", timeout=30) == "cancelled"
+        assert browser.js(f"document.querySelector('{cancelled} .state').textContent") == "cancelled"
+        assert browser.js(f"[...document.querySelectorAll('{cancelled} .bar > div')].map(d => d.className)") == [
+            "cancelled"], "a cancelled run's bar is all grey, no green"
         progress = "document.querySelector('[data-run=watched] .progress')?.textContent"
         seen = [browser.until(progress, timeout=30)]
         assert seen[0].startswith("0 of 4 done (0%)")
@@ -105,7 +121,34 @@ def test_the_live_page_follows_a_run_in_a_real_browser(tmp_path, model_cache, ch
             f"document.querySelector('{flagged} .flag')?.textContent", timeout=60)
         assert browser.until(f"document.querySelector('{flagged} img')?.naturalWidth", timeout=30) == 64
         assert browser.js(f"document.querySelector('{flagged} img').src").startswith("blob:")
+        # A video flagged by its checks (not by a seam score): shown with the check that failed and its value.
+        with sqlite3.connect(tmp_path / "reelbatch.db") as db:
+            db.execute("""UPDATE videos SET flagged = 1, checks = '{"frozen": {"limit": 0.5, "passed": false, """
+                       """"value": 0.889}, "passed": false, "seed": 3}' WHERE key = 'third'""")
+        assert browser.until("document.querySelector('[data-run=watched] [data-video=third] .flag')?.textContent",
+                             timeout=60) == "flagged for review (frozen 0.889 > 0.5)"
         assert "cost so far $" in browser.js("document.querySelector('[data-run=watched]').textContent")
+        assert browser.js("document.querySelector('[data-run=watched]').dataset.state") == "succeeded"
+        # The failed video has no poster: a box says so, no image is shown (none broken).
+        changed = "[data-run=pictured] [data-video=changed]"
+        assert browser.js(f"document.querySelector('{changed} .noposter').textContent") == "no poster"
+        assert browser.js(f"document.querySelector('{changed} img').hidden") is True
+        assert browser.js("document.querySelector('[data-run=pictured]').dataset.state") == "failed"
+        # Every video of a run is reachable from its list, each MP4 answering with the stored bytes.
+        browser.js("document.querySelector('[data-run=watched] details.all summary').click(); true")
+        listed = "[...document.querySelectorAll('[data-run=watched] details.all .video')]"
+        assert browser.until(f"{listed}.length === 4 && {listed}.map(v => v.dataset.video + ' ' + v.dataset.status)",
+                             timeout=30) == ["third succeeded", "fourth succeeded", "first succeeded",
+                                             "second succeeded"]  # in the manifest's order
+        assert browser.js(f"{listed}.filter(v => v.querySelector('a.mp4')).length") == 4
+        stored = {r["id"]: r["sha256"] for r in map(json.loads, ours.get(
+            "/v1/runs/watched/results.jsonl").text.splitlines())}
+        for video in stored:
+            got = browser.js(f"mp4('watched', '{video}').then(async b => [b.type, [...new Uint8Array("
+                             "await crypto.subtle.digest('SHA-256', await b.arrayBuffer()))].map(x => "
+                             "x.toString(16).padStart(2, '0')).join('')])")
+            assert got == ["video/mp4", stored[video]], video
+        assert browser.js("window.mostInFlight") == 1, "a poll started before the last one ended"
     finally:
         browser.close()
         log = svc.stop()

@@ -22,7 +22,8 @@ BAD = "name: bad\nmodel: nope\nvideos:\n  - {id: a, prompt: one, steps: 0}\n"
 @pytest.fixture(scope="module")
 def service(tmp_path_factory, model_cache):
     cwd = tmp_path_factory.mktemp("serve")
-    svc = Service(cwd, embedded_env(model_cache), "--max-body-bytes", "2000", "--submits-per-minute", "4")
+    svc = Service(cwd, embedded_env(model_cache), "--max-body-bytes", "2000", "--submits-per-minute", "4",
+                  "--estimates-per-minute", "2", "--changes-per-minute", "9")
     yield svc
     svc.stop()
 
@@ -32,14 +33,22 @@ def rows(svc: Service) -> dict[str, int]:
         return {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "videos", "work_units")}
 
 
+def broker_messages(svc: Service) -> int:
+    """Messages in the embedded broker (kombu's SQLAlchemy transport keeps each in kombu_message)."""
+    with sqlite3.connect(svc.cwd / "reelbatch-broker.db") as db:
+        return db.execute("SELECT count(*) FROM kombu_message").fetchone()[0]
+
+
 def test_two_teams_submit_poll_fetch_cancel_and_never_meet(service):
     a, b = service.client(service.team("ads")), service.client(service.team("clips"))
     first = a.post("/v1/runs", content=ONE, headers=YAML)
     assert first.status_code == 201
     assert first.json() == {"run_id": first.json()["run_id"], "name": "one", "videos": 2, "created": True,
-                            "pending": 2}
+                            "pending": 2, "queued": True}
+    assert broker_messages(service) == 2  # a ticket per pending unit, in the broker's own table
     again = a.post("/v1/runs", content=ONE, headers=YAML)  # idempotent, as `submit`
     assert again.status_code == 200 and again.json() == {**first.json(), "created": False}
+    assert broker_messages(service) == 2  # an unchanged resubmission is a lookup: nothing more queued
     # Team B uploads a JSONL file: its run is named by the file's stem, as on the CLI.
     theirs = b.post("/v1/runs", files={"manifest": ("clips-1.jsonl", JSONL)})
     assert theirs.status_code == 201 and theirs.json()["name"] == "clips-1" and theirs.json()["videos"] == 2
@@ -52,16 +61,35 @@ def test_two_teams_submit_poll_fetch_cancel_and_never_meet(service):
     assert status["counts"] == {"pending": 2, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
     assert a.get(f"/v1/runs/{run_a}").json()["name"] == "one"  # by id too
     report = a.get("/v1/runs/one/report").json()
-    assert report == json.loads(service.cli("report", "one", "--json"))  # the CLI's JSON, to the byte
+    # The CLI's JSON, with how many entries the bound (1,000 by default) left off.
+    assert report == {**json.loads(service.cli("report", "one", "--json")), "videos_omitted": 0}
     lines = [json.loads(line) for line in a.get("/v1/runs/one/results.jsonl").text.splitlines()]
     assert [(r["id"], r["status"]) for r in lines] == [("a", "pending"), ("b", "pending")]
+
+    # A page of the run's videos at a time, in the order submitted: two pages of one, then none.
+    page = a.get("/v1/runs/one/videos", params={"limit": 1}).json()
+    assert [v["id"] for v in page["videos"]] == ["a"] and page["next"] == page["videos"][0]["row"]
+    rest = a.get("/v1/runs/one/videos", params={"limit": 1, "after": page["next"]}).json()
+    assert [v["id"] for v in rest["videos"]] == ["b"] and rest["next"] is None
+    assert [v["id"] for v in a.get("/v1/runs/one/videos", params={"status": ["pending", "failed"]}).json()
+            ["videos"]] == ["a", "b"]
+    assert a.get("/v1/runs/one/videos", params={"status": "failed"}).json() == {"videos": [], "next": None}
+    assert a.get("/v1/runs/one/videos", params={"flagged": "true"}).json() == {"videos": [], "next": None}
+    assert len(a.get("/v1/runs/one/videos", params={"flagged": "false"}).json()["videos"]) == 2
+    assert a.get("/v1/runs/one/videos", params={"status": "lost"}).status_code == 422
+    assert a.get("/v1/runs/one/videos", params={"limit": 501}).status_code == 422
+    # A report's entries are bounded: the first `entries`, and how many more the video pages hold.
+    bounded = a.get("/v1/runs/one/report", params={"entries": 1}).json()
+    assert [v["id"] for v in bounded["videos"]] == ["a"] and bounded["videos_omitted"] == 1
+    assert a.get("/v1/runs/one/report").json()["videos_omitted"] == 0
 
     # Team A tries every route on team B's run, by name and by id: each is 404, as a run that does not exist.
     before = b.get("/v1/runs/clips-1").json()
     for run in ("clips-1", str(run_b)):
         for method, path, body in [("GET", "", None), ("GET", "/report", None), ("GET", "/results.jsonl", None),
                                    ("GET", "/errors.jsonl", None), ("GET", "/videos/x.mp4", None),
-                                   ("GET", "/videos/x/poster.jpg", None), ("POST", "/cancel", None),
+                                   ("GET", "/videos/x/poster.jpg", None), ("GET", "/videos", None),
+                                   ("POST", "/cancel", None),
                                    ("POST", "/resume", None), ("PUT", "/budget", {"max_cost_usd": 0.01})]:
             answer = a.request(method, f"/v1/runs/{run}{path}", json=body)
             assert answer.status_code == 404, (method, path, answer.text)
@@ -131,6 +159,19 @@ def test_refused_requests_record_nothing(service):
     estimate = c.post("/v1/estimate", content=ONE.replace("one", "guess"), headers=YAML, params={"gpus": 2})
     assert estimate.status_code == 200 and estimate.json()["videos"] == 2 and estimate.json()["gpus"] == 2
     assert rows(service) == after
+    # Estimates have their own limit (2 a minute here): the third is 429, naming the option that sets it.
+    assert c.post("/v1/estimate", content=ONE, headers=YAML).status_code == 200
+    refused = c.post("/v1/estimate", content=ONE, headers=YAML)
+    assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.json()["detail"].startswith("team burst: over 2 estimates a minute (serve --estimates-per-minute)")
+    # Changes (cancel, resume, budget) too, 9 a minute here, a refused one (404) counted as one asked: the tenth, a
+    # cancel of a run of its own, is 429 and cancels nothing.
+    for n in range(9):
+        assert c.post(f"/v1/runs/no-run-{n}/cancel").status_code == 404
+    refused = c.post("/v1/runs/burst-0/cancel")
+    assert refused.status_code == 429 and "over 9 changes a minute (serve --changes-per-minute)" in refused.text
+    assert c.get("/v1/runs/burst-0").json()["counts"]["pending"] == 2
+    assert c.get("/v1/runs").status_code == 200, "reading is not limited"
 
 
 def test_a_secret_is_never_logged_sent_back_or_stored(service):
@@ -155,7 +196,8 @@ def test_the_openapi_description_lists_every_route(service):
     paths = service.client(None).get("/openapi.json").json()["paths"]
     assert set(paths) == {"/v1/runs", "/v1/estimate", "/v1/runs/{run}", "/v1/runs/{run}/report",
                           "/v1/runs/{run}/results.jsonl", "/v1/runs/{run}/errors.jsonl", "/v1/runs/{run}/cancel",
-                          "/v1/runs/{run}/resume", "/v1/runs/{run}/budget", "/v1/runs/{run}/videos/{video}.mp4",
+                          "/v1/runs/{run}/resume", "/v1/runs/{run}/budget", "/v1/runs/{run}/videos",
+                          "/v1/runs/{run}/videos/{video}.mp4",
                           "/v1/runs/{run}/videos/{video}/poster.jpg"}
 
 

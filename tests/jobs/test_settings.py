@@ -26,8 +26,7 @@ from tests.conftest import REPO
     ("REELBATCH_LEASE_S", "１２", "expected a number (ASCII digits, e.g. 2.5), got '１２'"),
     ("REELBATCH_MAX_BATCH", "٨", "must be a whole number of at least 1, got '٨'"),
     ("REELBATCH_OUTPUT", "file:///srv/a%20b/", "contains '%': an output is not percent-decoded, so write each "
-                                               "character itself (a space as a space), got 'file:///srv/a%20b/'"
-                                               ", got 'file:///srv/a%20b/'"),
+                                               "character itself (a space as a space), got 'file:///srv/a%20b/'"),
     ("REELBATCH_ALLOWED_OUTPUTS", "s3://bkt/x/,file:///srv/../etc/", "must be plain folder names after the start "
                                   "(no empty, '.' or '..' part), got 'file:///srv/../etc/', got 's3://bkt/x/,file:///"
                                   "srv/../etc/'"),
