@@ -92,8 +92,7 @@ def set_budget(factory: Factory, run: str, max_cost_usd: float | None) -> Budget
         row = s.get(Run, _run_id(s, run), with_for_update=True)
         row.max_cost_micro_usd = None if max_cost_usd is None else round(max_cost_usd * 1e6)
         row.budget_reached_at = None
-        units = [] if row.cancelled_at is not None else list(s.scalars(select(WorkUnit).join(Video).where(
-            Video.run_id == row.id, WorkUnit.status == Status.CANCELLED,
-            Video.cancel_reason == CancelReason.BUDGET.value).with_for_update(of=WorkUnit)))
-        requeue(s, units)
-        return BudgetChange(row.name, max_cost_usd, charged_micro_usd(s, row.id) / 1e6, len(units))
+        requeued = 0 if row.cancelled_at is not None else requeue(s, row.id, (
+            WorkUnit.status == Status.CANCELLED, WorkUnit.video_id.in_(
+                select(Video.id).where(Video.run_id == row.id, Video.cancel_reason == CancelReason.BUDGET.value))))
+        return BudgetChange(row.name, max_cost_usd, charged_micro_usd(s, row.id) / 1e6, requeued)

@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Row, func, or_, select
+from sqlalchemy import Row, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from jobs.db.base import as_utc, utcnow
 from jobs.db.connect import reads
 from jobs.db.rows import CostRecord, Run, Video, WorkerSession, WorkUnit
-from jobs.db.status import Status, move
+from jobs.db.status import Status
 from jobs.errors import RunNotFound, UsageError
 
 Factory = sessionmaker[Session]
@@ -187,18 +187,18 @@ def cancel_run(factory: Factory, run: str) -> tuple[str, int]:
     """Cancel a run: its pending work is cancelled now, running batches stop at their next step boundary.
 
     Idempotent: cancelling a cancelled run changes nothing. Returns the run name and how many videos were cancelled.
+    Two statements whatever the run's size (a 100,000-video cancel took 70 s one row at a time): the units, their
+    own status the condition (a unit a worker claims meanwhile is left to it: PostgreSQL rechecks the condition on
+    the row it waited for), then their videos.
     """
     with factory.begin() as s:
         row = s.get(Run, _run_id(s, run))
         if row.cancelled_at is None:
             row.cancelled_at = utcnow()
         # A long video's later chunks are pending but not ready: its ready unit speaks for the video.
-        units = list(s.scalars(select(WorkUnit).join(Video).where(Video.run_id == row.id, *waiting_units())
-                               .with_for_update()))
-        for unit in units:
-            video = s.get(Video, unit.video_id)
-            move(unit, video, Status.CANCELLED)
-        return row.name, len(units)
+        videos = _move_units(s, row.id, waiting_units(), Status.CANCELLED, lease_owner=None, lease_expires_at=None)
+        _move_videos(s, videos, Status.CANCELLED, finished_at=utcnow())
+        return row.name, len(videos)
 
 
 def resume_run(factory: Factory, run: str) -> tuple[str, int]:
@@ -214,18 +214,36 @@ def resume_run(factory: Factory, run: str) -> tuple[str, int]:
             raise UsageError(f"run {row.name} passed its deadline ({as_utc(row.deadline):%Y-%m-%dT%H:%M:%SZ}): "
                              "nothing of it starts any more; submit its videos again as a new run (--new-run)")
         row.cancelled_at = row.budget_reached_at = None
-        units = list(s.scalars(select(WorkUnit).join(Video).where(
-            Video.run_id == row.id, WorkUnit.status.in_([Status.FAILED, Status.CANCELLED])).with_for_update()))
-        requeue(s, units)
-        if units:
+        resumed = requeue(s, row.id, (WorkUnit.status.in_([Status.FAILED, Status.CANCELLED]),))
+        if resumed:
             row.round += 1
-        return row.name, len(units)
+        return row.name, resumed
 
 
-def requeue(s: Session, units: list[WorkUnit]) -> None:
-    """Failed or cancelled units (and their videos) back to pending, with fresh attempts and no cancel reason."""
-    for unit in units:
-        video = s.get(Video, unit.video_id)
-        move(unit, video, Status.PENDING)
-        unit.attempts = video.attempts = 0
-        unit.not_before, unit.solo, video.finished_at, video.cancel_reason = None, False, None, None
+def requeue(s: Session, run_id: int, where: tuple) -> int:
+    """The run's units matching `where` (failed or cancelled ones) and their videos back to pending, with fresh
+    attempts and no cancel reason; how many videos. Set-based, as cancel_run."""
+    videos = _move_units(s, run_id, where, Status.PENDING, attempts=0, not_before=None, solo=False)
+    _move_videos(s, videos, Status.PENDING, attempts=0, finished_at=None, cancel_reason=None)
+    return len(videos)
+
+
+# Ids one statement names: under SQLite's limit of bound parameters (32,766).
+_IDS_AT_ONCE = 10_000
+
+
+def _move_units(s: Session, run_id: int, where: tuple, new: Status, **values) -> list[int]:
+    """One UPDATE of the run's units matching `where` (every status they may hold must be allowed to move to `new`
+    by jobs.db.status.TRANSITIONS: the callers' conditions say which); the ids of their videos, each once."""
+    moved = s.execute(update(WorkUnit)
+                      .where(WorkUnit.video_id.in_(select(Video.id).where(Video.run_id == run_id)), *where)
+                      .values(status=new, updated_at=utcnow(), **values).returning(WorkUnit.video_id)
+                      .execution_options(synchronize_session=False))
+    return sorted(set(moved.scalars()))
+
+
+def _move_videos(s: Session, ids: list[int], new: Status, **values) -> None:
+    for start in range(0, len(ids), _IDS_AT_ONCE):
+        s.execute(update(Video).where(Video.id.in_(ids[start:start + _IDS_AT_ONCE]))
+                  .values(status=new, updated_at=utcnow(), **values).execution_options(synchronize_session=False))
+

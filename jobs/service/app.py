@@ -29,6 +29,7 @@ from jobs.service.contract import describe
 from jobs.service.guards import BodyLimit, Rates
 from jobs.settings import Settings
 from jobs.usecases.submit import Refused
+from jobs.work.deadlines import QueueSnapshot
 from storage.stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ def create_app(settings: Settings, config: ServiceConfig = ServiceConfig()) -> F
                               "`Authorization: Bearer TOKEN` (`reelbatch token create --team NAME`).")
     app.state.settings, app.state.config = settings, config
     app.state.factory = session_factory(settings.database_url)
+    # The work ahead of a team's runs, read every few seconds: one team's queue never slows another's status.
+    app.state.queue = QueueSnapshot(app.state.factory)
     app.state.rate = Rates({"submissions": config.submits_per_minute, "estimates": config.estimates_per_minute,
                             "changes": config.changes_per_minute})
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)

@@ -23,13 +23,13 @@ Team = Annotated[TeamInfo, Depends(caller)]
 
 @router.get("", summary="List the team's runs", description="As `reelbatch status --json`, the team's runs only.")
 def list_runs(request: Request, team: Team) -> dict:
-    return {"runs": runs.status(request.app.state.settings, team=team).runs}
+    return {"runs": runs.status(request.app.state.settings, team=team, queue=request.app.state.queue).runs}
 
 
 @router.get("/{run}", summary="One run's status", description="Counts by state, deadline and budget, as an entry "
             "of `reelbatch status RUN --json`. RUN: the run's name or id.")
 def run_status(request: Request, team: Team, run: RunName) -> dict:
-    (found,) = runs.status(request.app.state.settings, run, team=team).runs
+    (found,) = runs.status(request.app.state.settings, run, team=team, queue=request.app.state.queue).runs
     return found
 
 

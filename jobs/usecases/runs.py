@@ -20,7 +20,7 @@ from jobs.manifest.values import FieldError
 from jobs.manifest.yaml_read import yaml_scalar
 from jobs.notify.finished import run_finished
 from jobs.settings import Settings
-from jobs.work.deadlines import project
+from jobs.work.deadlines import QueueSnapshot, project
 
 
 def _name(settings: Settings, run: str, team: TeamInfo | None) -> str:
@@ -41,11 +41,13 @@ class Status:
     ungated: set[str] = field(default_factory=set)
 
 
-def status(settings: Settings, run: str | None = None, team: TeamInfo | None = None) -> Status:
+def status(settings: Settings, run: str | None = None, team: TeamInfo | None = None,
+           queue: QueueSnapshot | None = None) -> Status:
+    """`queue`: a long-lived process's recent read of the whole queue, for the work ahead of these runs."""
     factory = session_factory(settings.database_url)
     name = None if run is None else _name(settings, run, team)
     rows = queries.run_counts(factory, name, owner=() if team is None else (team.owns,))
-    plans = run_plans(settings, [r.run_id for r in rows])
+    plans = run_plans(settings, [r.run_id for r in rows], queue)
     runs = [{"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
              "total": r.total, "counts": r.counts, "flagged": r.flagged, **plans[r.run_id]} for r in rows]
     if team is not None:  # a team sees its runs; what the fleet serves and the other teams' usage are the operator's
@@ -59,14 +61,14 @@ def status(settings: Settings, run: str | None = None, team: TeamInfo | None = N
     return Status(runs, unserved, usage, ungated)
 
 
-def run_plans(settings: Settings, run_ids: list[int]) -> dict[int, dict]:
+def run_plans(settings: Settings, run_ids: list[int], queue: QueueSnapshot | None = None) -> dict[int, dict]:
     """Each run's deadline, projected finish (runs with work left: jobs.work.deadlines) and cost cap."""
     factory = session_factory(settings.database_url)
     now = utcnow()
     with factory() as s:
         runs = list(s.scalars(select(Run).where(Run.id.in_(run_ids))))
         charged = {r.id: limits.charged_micro_usd(s, r.id) for r in runs if r.max_cost_micro_usd is not None}
-    found = project(factory, settings, now, runs)
+    found = project(factory, settings, now, runs, queue=queue)
     out = {}
     for r in runs:
         p = found.get(r.id)

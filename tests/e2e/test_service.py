@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from pathlib import Path
 
 from storage.encode import probe_mp4
 from tests.e2e.procs import Workers, wait_for
@@ -153,3 +154,70 @@ def test_the_live_page_follows_a_run_in_a_real_browser(tmp_path, model_cache, ch
         browser.close()
         log = svc.stop()
     assert token not in log
+
+
+def _bulk(db: Path, run: str, count: int) -> None:
+    """`count` more pending videos (each with its unit) in run `run`, copied in SQL from its first one: what
+    submitting them would record, in a second rather than half a minute."""
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        (template,) = c.execute("SELECT v.id FROM videos v JOIN runs r ON r.id = v.run_id WHERE r.name = ?",
+                                (run,)).fetchone()
+        (last,) = c.execute("SELECT max(id) FROM videos").fetchone()
+        columns = [r[1] for r in c.execute("PRAGMA table_info(videos)") if r[1] != "id"]
+        picked = ["key || '-' || n" if col == "key" else col for col in columns]
+        c.execute(f"WITH RECURSIVE n(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM n WHERE n < {count}) "
+                  f"INSERT INTO videos ({', '.join(columns)}) SELECT {', '.join(picked)} FROM videos, n "
+                  f"WHERE videos.id = {template}")
+        units = [r[1] for r in c.execute("PRAGMA table_info(work_units)") if r[1] != "id"]
+        picked = ["v.id" if col == "video_id" else f"u.{col}" for col in units]
+        c.execute(f"INSERT INTO work_units ({', '.join(units)}) SELECT {', '.join(picked)} FROM videos v "
+                  f"JOIN work_units u ON u.video_id = {template} WHERE v.id > {last}")
+
+
+def test_a_team_with_100k_pending_videos_slows_no_other_team(tmp_path, model_cache, chromium):
+    """Team A's 100,000 pending videos: team B's list and status stay within 2x of their time without them (the
+    median of 21 requests each), and the live page draws A's run in under 2 s."""
+    import statistics
+
+    from tests.e2e.browser import Browser
+
+    svc = Service(tmp_path, embedded_env(model_cache))
+    browser = Browser(chromium, tmp_path / "chromium")
+    try:
+        a_token = svc.team("ads")
+        a, b = svc.client(a_token), svc.client(svc.team("clips"))
+        big, small = MANIFEST.replace("served", "big"), MANIFEST.replace("served", "small")
+        assert a.post("/v1/runs", content=big, headers={"content-type": "application/yaml"}).status_code == 201
+        assert b.post("/v1/runs", content=small, headers={"content-type": "application/yaml"}).status_code == 201
+
+        def median_ms(path: str) -> float:
+            times = []
+            for _ in range(21):
+                started = time.perf_counter()
+                assert b.get(path).status_code == 200
+                times.append(1000 * (time.perf_counter() - started))
+            return statistics.median(times)
+
+        idle = {path: median_ms(path) for path in ("/v1/runs", "/v1/runs/small")}
+        _bulk(tmp_path / "reelbatch.db", "big", 99_998)
+        assert a.get("/v1/runs/big").json()["counts"]["pending"] == 100_000
+        time.sleep(6)  # the service's read of the whole queue (every 5 s) now holds A's run
+        loaded = {path: median_ms(path) for path in idle}
+        for path in idle:
+            assert loaded[path] < 2 * idle[path], (path, idle, loaded)
+        assert b.get("/v1/runs/small").json()["counts"]["pending"] == 2
+
+        browser.open(svc.url + "/")
+        started = time.perf_counter()
+        browser.js(f"document.getElementById('token').value = {json.dumps(a_token)}; "
+                   "document.getElementById('login').requestSubmit(); true")
+        drawn = browser.until("document.querySelector('[data-run=big] .progress')?.textContent", timeout=30,
+                              interval=0.05)
+        elapsed = time.perf_counter() - started
+        assert drawn.startswith("0 of 100000 done (0%)")
+        assert elapsed < 2.0, f"the page drew a 100,000-video run in {elapsed:.2f} s"
+    finally:
+        browser.close()
+        svc.stop()

@@ -135,6 +135,18 @@ def test_status_and_the_gauges_show_each_runs_projected_finish_against_its_deadl
     assert found[soon].at_risk is True
     assert (found[later].ahead.seconds, found[later].own.seconds) == (120.0, 60.0)
     assert found[later].finishes_at == now + timedelta(seconds=240) and found[later].at_risk is False
+    # A service projects against its recent read of the whole queue, each run's own units read now: read before
+    # `later` existed, the snapshot still puts `soon`'s 120 s ahead of it and `later`'s own 60 s are counted.
+    snapshot = deadlines.QueueSnapshot(world.factory, every_s=3600)
+    with world.factory() as s:
+        run_later = s.get(Run, later)
+    while snapshot._rows is None:  # its thread's first read; no other comes within the hour
+        threading.Event().wait(0.05)
+    snapshot._rows = [q for q in snapshot._rows if q.run_id != later]
+    seen = deadlines.project(world.factory, world.settings, now, [run_later], queue=snapshot)
+    assert (seen[later].ahead.seconds, seen[later].own.seconds) == (120.0, 60.0)
+    assert seen[later].finishes_at == now + timedelta(seconds=240)
+    snapshot.stop()
 
     gauges = deadlines.Gauges(world.settings)
     gauges.publish(world.factory)

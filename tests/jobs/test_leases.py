@@ -146,6 +146,29 @@ def test_cancel_and_resume_are_idempotent(factory, registry, tmp_path):
         assert {v.attempts for v in s.scalars(select(Video))} == {0}
 
 
+def test_a_unit_claimed_while_a_cancel_waits_for_it_stays_with_its_claim(postgres_url, registry, tmp_path):
+    """The cancel is one UPDATE whose condition is the unit's own status: PostgreSQL checks it again on the row a
+    claim held, so a unit that became running meanwhile is the claim's (it stops at its next step), not cancelled."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jobs.db.connect import session_factory, upgrade
+    from jobs.db.status import move
+
+    upgrade(postgres_url)
+    factory = session_factory(postgres_url)
+    submit(factory, registry, tmp_path, 2)
+    with ThreadPoolExecutor(1) as pool:
+        with factory.begin() as s:  # a claim in progress: its unit locked and running, not yet committed
+            unit = s.scalars(select(WorkUnit).order_by(WorkUnit.id).limit(1).with_for_update()).one()
+            move(unit, s.get(Video, unit.video_id), Status.RUNNING)
+            s.flush()
+            cancelled = pool.submit(queries.cancel_run, factory, "r")
+            time.sleep(1.0)
+            assert not cancelled.done(), "the cancel waits for the row the claim holds"
+        assert cancelled.result(timeout=60) == ("r", 1)
+    assert statuses(factory) == {"v0": Status.RUNNING, "v1": Status.CANCELLED}
+
+
 class FlakyEngine(Engine):
     """The real engine, except that a batch holding a prompt with BOOM raises (a fault to inject)."""
 
