@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
@@ -66,13 +66,34 @@ def create_app(settings: Settings, config: ServiceConfig = ServiceConfig()) -> F
                             "changes": config.changes_per_minute})
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(Authenticate)  # added last, so it runs first: no body is read for a request without a token
-    for module in (submit_routes, run_routes, video_routes, page):
-        app.include_router(module.router)
+    for module in (submit_routes, run_routes, video_routes):
+        app.include_router(module.router, dependencies=[Depends(known_query)])
+    app.include_router(page.router)
     app.add_exception_handler(ReelbatchError, _reelbatch_error)
     app.add_exception_handler(StoreError, _store_error)
     app.add_exception_handler(RequestValidationError, _bad_request)
     app.openapi = lambda: describe(app)
     return app
+
+
+def known_query(request: Request) -> None:
+    """A query parameter the route does not take is a 422 naming it, as a manifest's unknown field is: a typo
+    (`?entires=0`) must not be answered as if it were not there."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None:
+        return
+    known = sorted(_query_names(dependant))
+    unknown = sorted(set(request.query_params) - set(known))
+    if unknown:
+        takes = ", ".join(known) if known else "none"
+        raise RequestValidationError([{"loc": ("query", name), "type": "extra_forbidden",
+                                       "msg": f"unknown query parameter (this route takes: {takes})"}
+                                      for name in unknown])
+
+
+def _query_names(dependant) -> set[str]:
+    """The query parameters a route takes, its dependencies' included (FastAPI's Dependant tree)."""
+    return {p.alias for p in dependant.query_params}.union(*(_query_names(d) for d in dependant.dependencies))
 
 
 def _reelbatch_error(_request: Request, exc: ReelbatchError) -> JSONResponse:

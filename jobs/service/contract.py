@@ -63,7 +63,7 @@ _MANIFEST = {"required": True, "description": "The manifest: a YAML run or a JSO
                  "manifest": {"type": "string", "format": "binary", "description": "The manifest file; its "
                               "name (NAME.yaml, NAME.jsonl) says which it is."}}}}}}
 _WHY = {400: "Refused by the server whatever the manifest says: an output outside the team's output root, a run "
-             "name the API does not take",
+             "name the API does not take; or a body that is not JSON where JSON is asked for",
         401: "No token, or an unknown or revoked one (sent before the body is read)",
         404: "No such run, or another team's (the same words either way)",
         409: "The run name is taken", 413: "The body is over the limit (`serve --max-body-bytes`)",
@@ -79,7 +79,7 @@ STATUSES: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/runs/{run}"): _RUN, ("get", "/v1/runs/{run}/report"): _RUN,
     ("get", "/v1/runs/{run}/results.jsonl"): (*_RUN, 502), ("get", "/v1/runs/{run}/errors.jsonl"): (*_RUN, 502),
     ("post", "/v1/runs/{run}/cancel"): (*_RUN, 429), ("post", "/v1/runs/{run}/resume"): (*_RUN, 429),
-    ("put", "/v1/runs/{run}/budget"): (*_RUN, 413, 429),
+    ("put", "/v1/runs/{run}/budget"): (*_RUN, 400, 413, 429),
     ("get", "/v1/runs/{run}/videos"): _RUN,
     ("get", "/v1/runs/{run}/videos/{video}.mp4"): (*_RUN, 502),
     ("get", "/v1/runs/{run}/videos/{video}/poster.jpg"): (*_RUN, 502),

@@ -78,6 +78,9 @@ def test_two_teams_submit_poll_fetch_cancel_and_never_meet(service):
     assert len(a.get("/v1/runs/one/videos", params={"flagged": "false"}).json()["videos"]) == 2
     assert a.get("/v1/runs/one/videos", params={"status": "lost"}).status_code == 422
     assert a.get("/v1/runs/one/videos", params={"limit": 501}).status_code == 422
+    typo = a.get("/v1/runs/one/report", params={"entires": 0})  # a query parameter the route does not take
+    assert typo.status_code == 422 and typo.json()["issues"][0]["text"] == (
+        "query.entires: unknown query parameter (this route takes: entries)")
     # A report's entries are bounded: the first `entries`, and how many more the video pages hold.
     bounded = a.get("/v1/runs/one/report", params={"entries": 1}).json()
     assert [v["id"] for v in bounded["videos"]] == ["a"] and bounded["videos_omitted"] == 1
