@@ -143,35 +143,33 @@ def load_report(factory: Factory, run: str) -> tuple[Run, list[tuple[Row, int]]]
     with factory() as s:
         run_id = _run_id(s, run)
         row = s.get(Run, run_id)
-        cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
-                .where(CostRecord.video_id == Video.id).scalar_subquery())
-        columns = [c for c in Video.__table__.columns if c.name != "attempts"]
-        videos = s.execute(select(*columns, report_attempts().label("attempts"), cost.label("cost_micro_usd"))
-                           .where(Video.run_id == run_id).order_by(Video.id)).all()
+        videos = s.execute(_entries().where(Video.run_id == run_id).order_by(Video.id)).all()
         return row, [(v, int(v.cost_micro_usd)) for v in videos]
 
 
 def video_page(factory: Factory, run: str, states: tuple[str, ...] = (), flagged: bool | None = None,
-               after: int = 0, limit: int = 100) -> tuple[Run, list[tuple[Row, int]]]:
+               after: int = 0, limit: int = 100) -> list[tuple[Row, int]]:
     """Up to `limit` of a run's videos in the order they were submitted, after the one whose row id is `after`,
     with their summed costs (as load_report's rows): those in `states` (any when empty), flagged or needs_review
     when `flagged` is true (neither when false). Read through the run's (run_id, status) index and the primary key,
     so a page of a 100,000-video run costs what a page of a small one does."""
     with factory() as s:
-        run_id = _run_id(s, run)
-        row = s.get(Run, run_id)
-        cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
-                .where(CostRecord.video_id == Video.id).scalar_subquery())
-        columns = [c for c in Video.__table__.columns if c.name != "attempts"]
-        query = (select(*columns, report_attempts().label("attempts"), cost.label("cost_micro_usd"))
-                 .where(Video.run_id == run_id, Video.id > after))
+        query = _entries().where(Video.run_id == _run_id(s, run), Video.id > after)
         if states:
             query = query.where(Video.status.in_([Status(x) for x in states]))
         if flagged is not None:
             either = or_(Video.flagged, Video.needs_review)
             query = query.where(either if flagged else ~either)
         videos = s.execute(query.order_by(Video.id).limit(limit)).all()
-        return row, [(v, int(v.cost_micro_usd)) for v in videos]
+        return [(v, int(v.cost_micro_usd)) for v in videos]
+
+
+def _entries():
+    """A report's rows: every `videos` column but attempts, then report_attempts' count and the summed cost."""
+    cost = (select(func.coalesce(func.sum(CostRecord.amount_micro_usd), 0))
+            .where(CostRecord.video_id == Video.id).scalar_subquery())
+    columns = [c for c in Video.__table__.columns if c.name != "attempts"]
+    return select(*columns, report_attempts().label("attempts"), cost.label("cost_micro_usd"))
 
 
 def report_attempts():

@@ -63,7 +63,7 @@ def video_page(settings: Settings, run: str, team: TeamInfo | None = None, state
     checks or marked for review when `flagged` is true (neither when false). What the API's video list and the live
     page read instead of a whole report."""
     factory = session_factory(settings.database_url)
-    _, rows = queries.video_page(factory, _run_name(factory, run, team), states, flagged, after, limit + 1)
+    rows = queries.video_page(factory, _run_name(factory, run, team), states, flagged, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return VideoPage([{**entry(v, micro), "row": v.id} for v, micro in rows], rows[-1][0].id if more else None)
