@@ -24,7 +24,10 @@ ManifestArg = Annotated[Path, typer.Argument(help="A manifest file: .yaml/.yml (
 NameOpt = Annotated[Optional[str], typer.Option("--name", help="Run name (JSONL: default the file's stem).")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Registered model name (default: the manifest's, else tiny).")]
 OutputOpt = Annotated[Optional[str], typer.Option("--output", help="Output URI prefix: file://DIR/ or s3://BUCKET/PREFIX/.")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="FIELD=VALUE default for every video; repeatable.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help=(
+    "FIELD=VALUE, repeatable, over the file's value: a video field as a default for every video (steps, seed, "
+    "guidance, resolution, duration_s, fps, prompt, negative_prompt, image, fit) or a run field (priority, codec, "
+    "crf, preset, max_cost_usd, deadline, checks.on_fail); checked as the manifest's own."))]
 NotifyOpt = Annotated[Optional[str], typer.Option(
     "--notify", help="Webhook URL to POST a signed summary to when the run finishes (under REELBATCH_ALLOWED_WEBHOOKS).")]
 NewRunOpt = Annotated[bool, typer.Option("--new-run", help="Always make a new run (the name gets a numeric suffix).")]

@@ -37,8 +37,10 @@ VIDEO_FIELDS = ("id", "prompt", "negative_prompt", "seed", "resolution", "durati
 RUN_FIELDS = ("name", "model", "output", "priority", "notify", "codec", "crf", "preset", "max_cost_usd",
               "deadline", "checks", "defaults", "videos")
 # Run fields that `--set FIELD=VALUE` may give as well (every other `--set` is a video default): a JSONL manifest has
-# no run fields of its own.
-SET_RUN_FIELDS = ("max_cost_usd", "deadline", "checks.on_fail")
+# no run fields of its own. name, model, output and notify have options of their own (OPTION_RUN_FIELDS);
+# defaults and videos are the file's structure, not a value.
+SET_RUN_FIELDS = ("priority", "codec", "crf", "preset", "max_cost_usd", "deadline", "checks.on_fail")
+OPTION_RUN_FIELDS = ("name", "model", "output", "notify")
 
 # --- Scalars --------------------------------------------------------------------------------------------------------
 

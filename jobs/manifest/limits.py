@@ -50,6 +50,13 @@ def _pick(top: Map, report, key: str, run_sets: dict[str, str], check) -> tuple[
         return INVALID, item.line, key
 
 
+def pick_set(top: Map, report, key: str, run_sets: dict[str, str], check, default):
+    """A run field from `--set` if given there (it wins over the file), else from the file, else `default`; checked
+    as the file's value is, INVALID when reported."""
+    value, _, _ = _pick(top, report, key, run_sets, check)
+    return default if value is None else value
+
+
 def pick_max_cost(top: Map, report, run_sets: dict[str, str]) -> float | None:
     """The run's cost cap in US dollars, or None (no cap, or reported)."""
     value, _, _ = _pick(top, report, "max_cost_usd", run_sets, check_max_cost)

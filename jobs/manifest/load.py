@@ -32,7 +32,7 @@ from jobs.manifest.fields import (
     video_checks,
 )
 from jobs.manifest.images import ImageChecker, check_video_image
-from jobs.manifest.limits import pick_deadline, pick_max_cost, split_sets
+from jobs.manifest.limits import pick_deadline, pick_max_cost, pick_set, split_sets
 from jobs.manifest.outputs import canonical_output, check_output, check_output_allowed
 from jobs.manifest.policy import ManifestPolicy
 from jobs.manifest.read import load_jsonl, read_text
@@ -67,12 +67,13 @@ def load_manifest(
     keyword arguments, when given, override the file's values (the file's own value is then not checked), and each
     `sets` entry (`FIELD=VALUE`, VALUE read as a YAML scalar) overrides that field of `defaults`. A video field comes
     from the video, else `defaults`, else the model's defaults; a `sets` entry naming a run field of SET_RUN_FIELDS
-    (`max_cost_usd`, `deadline`, `checks.on_fail`) sets that run field instead. `policy` (jobs.manifest.policy; every command passes
-    Settings.manifest): the URI prefixes `output` must be under, the URL prefixes `notify` must be under
-    (none: `notify` is refused), the prefixes an image outside the manifest's folder must be under, and the default
-    output. `now` (aware; default the clock): what a deadline must be after, and what a deadline duration counts
-    from. `folder`: where relative image paths are (default the manifest file's folder; a schedule's S3 manifest
-    passes its s3:// prefix).
+    (`priority`, `codec`, `crf`, `preset`, `max_cost_usd`, `deadline`, `checks.on_fail`) sets that run field instead,
+    over the file's value (the `priority` keyword, when given, wins over both). `policy` (jobs.manifest.policy;
+    every command passes Settings.manifest): the URI prefixes `output` must be under, the URL prefixes `notify` must
+    be under (none: `notify` is refused), the prefixes an image outside the manifest's folder must be under, and
+    the default output. `now` (aware; default the clock): what a deadline must be after, and what a deadline
+    duration counts from. `folder`: where relative image paths are (default the manifest file's folder; a
+    schedule's S3 manifest passes its s3:// prefix).
 
     The run's output is held in its canonical form (jobs.manifest.outputs): the manifest's own, else the policy's
     default output (None when neither is given); the run name and every id must fit the store there.
@@ -126,12 +127,15 @@ def _assemble(top, entries, report, registry, path, allowed, fallback, name, mod
             check_output_allowed(written, out, allowed)
         except FieldError as exc:
             report(line, field, str(exc))
-    prio = _pick(top, report, "priority", priority, check_priority, default=0)
-    hook = _pick(top, report, "notify", notify, partial(check_notify, allowed=hooks), default=None)
-    codec = _pick(top, report, "codec", None, check_codec, default=DEFAULT.codec)
-    crf = _pick(top, report, "crf", None, check_crf, default=DEFAULT.crf)
-    preset = _pick(top, report, "preset", None, check_preset, default=DEFAULT.preset)
     run_sets, sets = split_sets(sets)
+    if priority is not None:  # the keyword (a caller's own priority) wins over `--set priority=`
+        prio = _pick(top, report, "priority", priority, check_priority, default=0)
+    else:
+        prio = pick_set(top, report, "priority", run_sets, check_priority, default=0)
+    hook = _pick(top, report, "notify", notify, partial(check_notify, allowed=hooks), default=None)
+    codec = pick_set(top, report, "codec", run_sets, check_codec, default=DEFAULT.codec)
+    crf = pick_set(top, report, "crf", run_sets, check_crf, default=DEFAULT.crf)
+    preset = pick_set(top, report, "preset", run_sets, check_preset, default=DEFAULT.preset)
     cap = pick_max_cost(top, report, run_sets)
     deadline, deadline_form = pick_deadline(top, report, run_sets, now)
     on_fail = pick_on_fail(top, report, run_sets)

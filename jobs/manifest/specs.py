@@ -22,7 +22,15 @@ class ManifestIssue:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.field}: {self.message}"
+        if self.line:
+            return f"{self.file}:{self.line}: {self.field}: {self.message}"
+        # Not on a line, so no `FILE:0:` that would send the reader to a line that is not there. An option
+        # (`--model`) or a setting (`REELBATCH_OUTPUT`) names itself: the problem is in what was typed or set.
+        if self.field.startswith("--") or self.field.isupper():
+            return f"{self.field}: {self.message}"
+        if self.field == "(file)":
+            return f"{self.file}: {self.message}"
+        return f"{self.file}: {self.field}: {self.message}"
 
 
 class ManifestError(UsageError):

@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Sequence
 
 from engine.models import ModelInfo
-from jobs.manifest.fields import VIDEO_FIELDS, plan_frames
+from jobs.manifest.fields import OPTION_RUN_FIELDS, SET_RUN_FIELDS, VIDEO_FIELDS, plan_frames
 from jobs.manifest.specs import VideoSpec
 from jobs.manifest.values import INVALID, FieldError, Item, Map, shown
 from jobs.manifest.yaml_read import yaml_scalar
@@ -39,12 +39,21 @@ def read_defaults(top: Map, sets: Sequence[str], report, checks) -> dict[str, tu
         except FieldError as exc:
             value = exc
         else:
-            value = check_default(key, value, text, checks)
+            value = _set_default(key, value, text, checks)
         if isinstance(value, FieldError):
             report(0, "--set", f"{entry!r}: {value}")
             value = INVALID
         out[key] = (value, 0, "--set")
     return out
+
+
+def _set_default(key: str, value, text, checks):
+    """A `--set` entry that is no run field of SET_RUN_FIELDS: a video default, checked as `defaults` is."""
+    if key in OPTION_RUN_FIELDS:
+        return FieldError(f"{key} is a run field with an option of its own: use --{key}")
+    if key not in checks:
+        return FieldError(unknown_field(key, VIDEO_FIELDS + SET_RUN_FIELDS))
+    return check_default(key, value, text, checks)
 
 
 def check_default(key: str, value, text, checks):

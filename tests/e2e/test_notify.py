@@ -102,7 +102,7 @@ def test_bad_webhook_and_encoder_input_exits_2_and_writes_nothing(cli, cli_env, 
     jsonl.write_text('{"id": "a", "prompt": "p"}\n')
     proc = cli("submit", str(jsonl), "--notify", "http://hooks.example.com/rb/x", check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"{jsonl}:0: --notify: 'http://hooks.example.com/rb/x' is not under an allowed "
+    assert proc.stderr.strip() == ("--notify: 'http://hooks.example.com/rb/x' is not under an allowed "
                                    "webhook prefix (https://hooks.example.com/rb/)")
     cli.env = {k: v for k, v in cli.env.items() if k != "REELBATCH_WEBHOOK_SECRET"}
     proc = cli("submit", str(jsonl), "--notify", "https://hooks.example.com/rb/x", check=False)

@@ -170,7 +170,7 @@ def test_on_fail_is_validated_like_every_manifest_field(tmp_path, registry):
     path.write_text("name: m\nvideos:\n  - {id: a, prompt: p}\n")
     assert load_manifest(path, registry=registry).on_fail == "flag"
     assert load_manifest(path, registry=registry, sets=["checks.on_fail=retry"]).on_fail == "retry"
-    with pytest.raises(ManifestError, match=r"m.yaml:0: --set: 'checks.on_fail=maybe': must be one of flag, retry, "
+    with pytest.raises(ManifestError, match=r"^--set: 'checks.on_fail=maybe': must be one of flag, retry, "
                                             r"fail, got 'maybe'"):
         load_manifest(path, registry=registry, sets=["checks.on_fail=maybe"])
     # The same videos with another on_fail are another run.

@@ -251,7 +251,7 @@ def test_a_bad_manifest_is_a_failed_firing_and_other_schedules_still_fire(fire_d
     assert not results["broken"].ok and results["broken"].run_id is None
     assert f"{broken}:5: videos[0].seeed: unknown field 'seeed'" in results["broken"].errors
     assert f"{broken}:6: videos[1].id: duplicate id 'a'" in results["broken"].errors
-    assert not results["gone"].ok and f"{gone}:0: (file): cannot be read" in results["gone"].errors
+    assert not results["gone"].ok and f"{gone}: cannot be read" in results["gone"].errors
     listed = {s.name: s.last_firing for s in list_schedules(factory)}
     assert listed["broken"].state == "failed" and listed["broken"].errors == results["broken"].errors
     assert count(factory, Firing, Firing.ok.is_(False), Firing.errors.is_not(None)) == 2
