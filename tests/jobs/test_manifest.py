@@ -140,16 +140,30 @@ def test_windows_line_endings(tmp_path):
 
 
 def test_examples_load():
+    spec = load(os.path.join(EXAMPLES, "demo.yaml"))
+    assert spec.name == "demo" and spec.model == "toy" and len(spec.videos) == 4
+    # The trained toy model at its native shape.
+    assert all((v.width, v.height, v.frames, v.steps) == (32, 32, 9, 20) for v in spec.videos)
+
+
+def test_demo_jsonl_is_demo_yaml_as_json_lines():
+    """README: `demo.jsonl` is the same run as JSON lines, run with `--model toy` (its name is the file's stem)."""
     yaml_spec = load(os.path.join(EXAMPLES, "demo.yaml"))
-    jsonl_spec = load(os.path.join(EXAMPLES, "demo.jsonl"))
-    for spec in (yaml_spec, jsonl_spec):
-        assert spec.name == "demo" and 3 <= len(spec.videos) <= 4
-        assert any(v.seed is not None for v in spec.videos)
-    assert any(v.negative_prompt for v in jsonl_spec.videos)
-    # The YAML demo renders the trained toy model at its native shape; the JSONL one names no model, so `tiny`.
-    assert yaml_spec.model == "toy" and jsonl_spec.model == "tiny"
-    assert all((v.width, v.height, v.frames, v.steps) == (32, 32, 9, 20) for v in yaml_spec.videos)
-    assert all((v.width, v.height, v.frames) == (64, 64, 9) for v in jsonl_spec.videos)
+    jsonl_spec = load(os.path.join(EXAMPLES, "demo.jsonl"), model="toy")
+
+    def shown(spec):
+        return [(v.id, v.prompt, v.seed, v.steps, v.guidance, v.width, v.height, v.frames) for v in spec.videos]
+
+    expected = [
+        ("red-circle-left", "a red circle moving left on a black background", None, 20, 2.0, 32, 32, 9),
+        ("blue-square-up", "a blue square moving up on a gray background", 42, 20, 2.0, 32, 32, 9),
+        ("yellow-circle-right", "a yellow circle moving right on a black background", None, 20, 2.0, 32, 32, 9),
+        ("green-square-down", "a green square moving down on a gray background", None, 20, 6.0, 32, 32, 9),
+    ]
+    assert shown(yaml_spec) == expected and shown(jsonl_spec) == expected
+    assert (jsonl_spec.name, jsonl_spec.model) == (yaml_spec.name, yaml_spec.model) == ("demo", "toy")
+    # The same content, so the same run: submitting one after the other finds the run the first made.
+    assert jsonl_spec.content_sha256 == yaml_spec.content_sha256
 
 
 # --- Content hash and seeds -----------------------------------------------------------------------------------------
