@@ -24,3 +24,7 @@ class RunNotFound(UsageError):
 class SchemaOutOfDate(ReelbatchError):
     """The database is not at the migration head and is not the embedded SQLite default."""
 
+
+
+class NoDatabase(UsageError):
+    """A command that only reads found no database where the settings point: connecting would make an empty one."""

@@ -23,9 +23,10 @@ from rich.text import Text
 
 from jobs.errors import ReelbatchError
 from jobs.reports.text import literal, visible
+from jobs.usecases.database import default_note, missing_file
 from jobs.usecases.feedback import Feedback
 
-__all__ = ["ShownFeedback", "err", "fail", "literal", "out", "progress_text", "visible"]
+__all__ = ["ShownFeedback", "err", "fail", "literal", "note_database", "out", "progress_text", "visible"]
 
 
 # Writing to a pipe or a file, Rich would lay tables out in 80 columns and cut or fold long cells; there is no screen
@@ -75,6 +76,14 @@ def fail(exc: ReelbatchError) -> None:
     """Print a user error (no traceback) to stderr and exit with its code (2 for bad input)."""
     err.print(str(exc), highlight=False)
     raise typer.Exit(exc.exit_code)
+
+
+def note_database(settings) -> None:
+    """On stderr (so `--json` stays clean), one line when the database read is the default file in this folder: a
+    reader in the wrong folder sees which database answered."""
+    note = default_note(settings)
+    if note is not None and missing_file(settings.database_url) is None:
+        err.print(note, markup=False, highlight=False, soft_wrap=True)
 
 
 def emit_json(data: object) -> None:

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from jobs.cli.console import emit_json, emit_json_listing, err, fail, literal, out
+from jobs.cli.console import emit_json, emit_json_listing, err, fail, literal, note_database, out
 from jobs.errors import ReelbatchError
 from jobs.reports.text import TEXT_ROWS, print_report
 from jobs.settings import Settings
@@ -30,6 +30,7 @@ def report(run: Annotated[str, typer.Argument(help="Run name or id.")], json_: J
     successful video and per video-second, gross margin, and per-video outputs, checksums and cost."""
     try:
         settings = Settings.from_env()
+        note_database(settings)
         if results:
             for uri in reports.write_result_files(settings, run):
                 err.print(f"wrote {uri}", highlight=False)  # a console that shows it as it is (console.py)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from jobs.cli.console import emit_json, fail, out
+from jobs.cli.console import emit_json, fail, note_database, out
 from jobs.db import teams
 from jobs.errors import ReelbatchError
 from jobs.settings import Settings
@@ -43,9 +43,11 @@ def status(run: Annotated[Optional[str], typer.Argument(help="Run name or id (de
     worker serves; for a run with a deadline or a cost cap, its projected finish against its deadline (flagged when
     at risk) and what it has been charged against its cap."""
     try:
-        found = runs.status(Settings.from_env(), run)
+        settings = Settings.from_env()
+        found = runs.status(settings, run)
     except ReelbatchError as exc:
         fail(exc)
+    note_database(settings)
     unserved, usage, ungated = found.unserved, found.teams, found.ungated
     if json_:
         emit_json({"runs": found.runs, "unserved": unserved, "teams": [dataclasses.asdict(u) for u in usage],

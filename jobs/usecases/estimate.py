@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-
 from jobs.cost import profiles
 from jobs.cost.estimate import Estimator
 from jobs.cost.forecast import estimate as forecast
@@ -14,6 +12,7 @@ from jobs.cost.projection import alive_workers, queued
 from jobs.db.base import utcnow
 from jobs.db.connect import session_factory
 from jobs.settings import Settings
+from jobs.usecases.database import missing_file
 from jobs.usecases.feedback import SILENT, Feedback
 from jobs.usecases.submit import Options, read_manifest
 from jobs.work.deadlines import LOST_AFTER_LEASES
@@ -38,7 +37,6 @@ def estimate_manifest(settings: Settings, manifest: Path, options: Options = Opt
 
 def _ledger(url: str):
     """The database's sessions; None when it is the embedded SQLite file and that does not exist yet."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).exists():
+    if missing_file(url) is not None:
         return None
     return session_factory(url)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from jobs.db.connect import session_factory
-from jobs.notify.outbox import NotificationInfo, notifications as outbox_notifications
+from jobs.notify.outbox import NotificationInfo
+from jobs.notify.outbox import notifications as outbox_notifications
 from jobs.settings import Settings
+from jobs.usecases.database import read_factory
 
 
 def notifications(settings: Settings, run: str) -> list[NotificationInfo]:
-    return outbox_notifications(session_factory(settings.database_url), run)
+    return outbox_notifications(read_factory(settings), run)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jobs.cost import ledger as cost_ledger
 from jobs.db import queries
-from jobs.db.connect import is_postgres, session_factory
+from jobs.db.connect import is_postgres
 from jobs.db.rows import Run
 from jobs.db.teams import TeamInfo, owned_run
 from jobs.errors import ReelbatchError, UsageError
@@ -22,6 +22,7 @@ from jobs.reports.html import html_report
 from jobs.reports.results import result_files, write_results
 from jobs.reports.summary import entry, report_dict, report_of
 from jobs.settings import Settings
+from jobs.usecases.database import read_factory
 from storage.local import LocalStore
 from storage.poster import poster_jpeg
 from storage.stores import StoreError, open_store
@@ -42,7 +43,7 @@ def in_sql(settings: Settings) -> bool:
 def report(settings: Settings, run: str, team: TeamInfo | None = None, listed: int | None = None) -> dict:
     """`report --json`'s data from every row, as on SQLite (the same JSON PostgreSQL's counting writes). `listed`:
     only the first `listed` videos (and any with an error) get an entry."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     run_row, videos = queries.load_report(factory, _run_name(factory, run, team))
     return report_dict(run_row, videos, settings.prices.sale, cost_ledger.run_ledger(factory, run_row.id),
                        listed=listed)
@@ -62,7 +63,7 @@ def video_page(settings: Settings, run: str, team: TeamInfo | None = None, state
     """Up to `limit` of a run's videos after row id `after`: those in `states` (all when empty), flagged by their
     checks or marked for review when `flagged` is true (neither when false). What the API's video list and the live
     page read instead of a whole report."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     rows = queries.video_page(factory, _run_name(factory, run, team), states, flagged, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -81,7 +82,7 @@ def report_in_sql(settings: Settings, run: str, with_entries: bool, listed: int)
     """The report counted by PostgreSQL: one snapshot for the charges, the figures and the entries, so a run that
     workers are still recording adds up. The entries are read to the end here, so a reader that stops reading
     (`| less`) never holds the transaction open past the server's idle-in-transaction timeout."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     run_row = queries.find_run(factory, run)
     with factory() as s:
         s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
@@ -110,14 +111,14 @@ def _figures_in_sql(factory, s, run_row: Run, settings: Settings, with_entries: 
 def write_result_files(settings: Settings, run: str) -> list[str]:
     """results.jsonl and errors.jsonl written beside the run's videos; their URIs."""
     try:
-        return write_results(session_factory(settings.database_url), run)
+        return write_results(read_factory(settings), run)
     except StoreError as exc:
         raise ReelbatchError(f"writing the result files of run {run}: {exc}") from None
 
 
 def result_file(settings: Settings, run: str, which: str, team: TeamInfo | None = None) -> bytes:
     """The run's `results` or `errors` file as it would be written now (JSON lines)."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     row, videos = queries.load_report(factory, _run_name(factory, run, team))
     results, errors = result_files(row, videos)
     return {"results": results, "errors": errors}[which]
@@ -126,7 +127,7 @@ def result_file(settings: Settings, run: str, which: str, team: TeamInfo | None 
 def write_html(settings: Settings, run: str, path: Path, warn: Callable[[str], None]) -> dict:
     """The self-contained HTML report (contact sheet, charts, the table) written to `path`; `warn` hears of a video
     left out of the contact sheet. Returns the report's data, so the caller can print the same figures."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     run_row, videos = queries.load_report(factory, run)
     costs = cost_ledger.run_ledger(factory, run_row.id)
     data = report_dict(run_row, videos, settings.prices.sale, costs)
@@ -166,7 +167,7 @@ def write_html(settings: Settings, run: str, path: Path, warn: Callable[[str], N
 
 def capacity(settings: Settings, run: str, gpus: int, run_gpus: int, headroom: float) -> dict:
     """Videos per day and month, cost per video and margin for N GPUs at three levels, from what `run` measured."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     run_row, videos = queries.load_report(factory, run)
     try:
         return plan(run_row, videos, gpus=gpus, run_gpus=run_gpus, gpu_hour_usd=settings.prices.gpu.usd_per_hour,
@@ -178,7 +179,7 @@ def capacity(settings: Settings, run: str, gpus: int, run_gpus: int, headroom: f
 
 def ledger(settings: Settings) -> dict:
     """Every worker session's up time at its rate, split into what was charged to videos and what was idle."""
-    rows = cost_ledger.sessions(session_factory(settings.database_url))
+    rows = cost_ledger.sessions(read_factory(settings))
     return {
         "sessions": [dataclasses.asdict(r) for r in rows],
         "total_usd": sum(r.total_micro_usd for r in rows) / 1e6,

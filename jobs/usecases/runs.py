@@ -11,7 +11,6 @@ from sqlalchemy import select
 
 from jobs.db import limits, queries, teams
 from jobs.db.base import as_utc, utcnow
-from jobs.db.connect import session_factory
 from jobs.db.rows import Run
 from jobs.db.teams import TeamInfo, TeamUsage
 from jobs.errors import UsageError
@@ -20,6 +19,7 @@ from jobs.manifest.values import FieldError
 from jobs.manifest.yaml_read import yaml_scalar
 from jobs.notify.finished import run_finished
 from jobs.settings import Settings
+from jobs.usecases.database import read_factory
 from jobs.work.deadlines import QueueSnapshot, project
 
 
@@ -27,7 +27,7 @@ def _name(settings: Settings, run: str, team: TeamInfo | None) -> str:
     """The run's name, once the team (if any) is known to own it."""
     if team is None:
         return run
-    return teams.owned_run(session_factory(settings.database_url), team, run).name
+    return teams.owned_run(read_factory(settings), team, run).name
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Status:
 def status(settings: Settings, run: str | None = None, team: TeamInfo | None = None,
            queue: QueueSnapshot | None = None) -> Status:
     """`queue`: a long-lived process's recent read of the whole queue, for the work ahead of these runs."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     name = None if run is None else _name(settings, run, team)
     rows = queries.run_counts(factory, name, owner=() if team is None else (team.owns,))
     plans = run_plans(settings, [r.run_id for r in rows], queue)
@@ -63,7 +63,7 @@ def status(settings: Settings, run: str | None = None, team: TeamInfo | None = N
 
 def run_plans(settings: Settings, run_ids: list[int], queue: QueueSnapshot | None = None) -> dict[int, dict]:
     """Each run's deadline, projected finish (runs with work left: jobs.work.deadlines) and cost cap."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     now = utcnow()
     with factory() as s:
         runs = list(s.scalars(select(Run).where(Run.id.in_(run_ids))))
@@ -94,7 +94,7 @@ class Changed:
 
 def cancel(settings: Settings, run: str, team: TeamInfo | None = None) -> Changed:
     """Pending videos cancelled now, running batches at their next step. Idempotent."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     name, count = queries.cancel_run(factory, _name(settings, run, team))
     # A run whose videos were all waiting is finished now: its result files and webhook, from here.
     run_finished(settings, factory, [name])
@@ -103,7 +103,7 @@ def cancel(settings: Settings, run: str, team: TeamInfo | None = None) -> Change
 
 def resume(settings: Settings, run: str, team: TeamInfo | None = None) -> Changed:
     """Failed and cancelled videos back in the queue, with fresh attempts. Idempotent."""
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     name, count = queries.resume_run(factory, _name(settings, run, team))
     if count:
         from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
@@ -135,7 +135,7 @@ def parse_usd(raw: str) -> float | None:
 
 def change_budget(settings: Settings, run: str, cap: float | None, team: TeamInfo | None = None) -> Budget:
     """The run's cost cap set (None: no cap); videos the old cap cancelled go back in the queue."""
-    change = limits.set_budget(session_factory(settings.database_url), _name(settings, run, team), cap)
+    change = limits.set_budget(read_factory(settings), _name(settings, run, team), cap)
     if change.requeued:
         from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
         from jobs.work.tickets import send_tickets

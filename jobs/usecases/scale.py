@@ -14,10 +14,10 @@ from datetime import datetime
 
 from jobs.cost.scale import COLD_START_S, DRAIN_HORIZON_S, ModelSignal, desired_total, signals
 from jobs.db.base import utcnow
-from jobs.db.connect import session_factory
 from jobs.db.scale_queries import MODEL_NAME, desired_workers_sql, lease_holders, live_sessions
 from jobs.errors import UsageError
 from jobs.settings import Settings
+from jobs.usecases.database import read_factory
 from jobs.work.deadlines import LOST_AFTER_LEASES
 
 
@@ -65,7 +65,7 @@ def scale(settings: Settings, horizon_s: float = DRAIN_HORIZON_S, cold_start_s: 
           model: str | None = None, now: datetime | None = None) -> Scale:
     check(horizon_s, cold_start_s, model)
     now = now or utcnow()
-    factory = session_factory(settings.database_url)
+    factory = read_factory(settings)
     with factory() as s:
         found = signals(s, now, horizon_s, cold_start_s, model)
         sessions = live_sessions(s, now, LOST_AFTER_LEASES * settings.limits.lease_s)
