@@ -14,10 +14,10 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from jobs.db.base import as_utc
-from jobs.db.queries import Factory, _run_id, requeue, waiting_units
+from jobs.db.base import as_utc, utcnow
+from jobs.db.queries import Factory, _move_units, _move_videos, _run_id, requeue, waiting_units
 from jobs.db.rows import CostRecord, Run, Video, WorkUnit
-from jobs.db.status import CancelReason, Status, move
+from jobs.db.status import CancelReason, Status
 
 
 def utc_text(moment: datetime) -> str:
@@ -26,15 +26,20 @@ def utc_text(moment: datetime) -> str:
 
 def cancel_waiting(s: Session, run: Run, reason: CancelReason, message: str) -> int:
     """Cancel the run's waiting units (a long video's ready chunk speaks for it), giving `reason`; returns how many.
-    Units another transaction holds (a claim in progress) are skipped: whoever holds them checks the run again."""
-    units = list(s.scalars(select(WorkUnit).join(Video).where(Video.run_id == run.id, *waiting_units())
-                           .with_for_update(skip_locked=True, of=WorkUnit)))
-    for unit in units:
-        video = s.get(Video, unit.video_id)
-        move(unit, video, Status.CANCELLED)
-        video.cancel_reason = reason.value
-        unit.last_error = video.last_error = message[:4000]
-    return len(units)
+
+    Set-based, as queries.cancel_run (one row at a time, a 100,000-video run's budget stop held a worker's claim
+    transaction for over a minute). A unit another transaction is claiming is no longer waiting once that commits
+    (PostgreSQL rechecks the condition on the row it waited for), and is left to it. The session's own changes are
+    flushed first, and the units and videos it holds are expired after, so that none of them is read stale."""
+    s.flush()
+    message = message[:4000]
+    ids = _move_units(s, run.id, waiting_units(), Status.CANCELLED, lease_owner=None, lease_expires_at=None,
+                      last_error=message)
+    _move_videos(s, ids, Status.CANCELLED, finished_at=utcnow(), cancel_reason=reason.value, last_error=message)
+    for held in list(s.identity_map.values()):
+        if isinstance(held, (WorkUnit, Video)):
+            s.expire(held)
+    return len(ids)
 
 
 def stop_for_budget(s: Session, run: Run, now: datetime, message: str) -> int:
