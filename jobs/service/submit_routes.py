@@ -104,5 +104,6 @@ async def estimate(request: Request, team: Team, name: Optional[str] = None, mod
     filename, data = await _manifest(request, filename)
     request.app.state.rate.check(team, "estimates")
     options = Options(name, model, output, tuple(set_ or ()), served=True)
-    return await run_in_threadpool(_read, lambda path: estimate_manifest(settings, path, options, gpus),
+    return await run_in_threadpool(_read, lambda path: estimate_manifest(settings, path, options, gpus,
+                                                                          queue=request.app.state.queue),
                                    filename, data, request.app.state.config.upload_dir)

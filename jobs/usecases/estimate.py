@@ -15,12 +15,14 @@ from jobs.settings import Settings
 from jobs.usecases.database import missing_file
 from jobs.usecases.feedback import SILENT, Feedback
 from jobs.usecases.submit import Options, read_manifest
-from jobs.work.deadlines import LOST_AFTER_LEASES
+from jobs.work.deadlines import LOST_AFTER_LEASES, QueueSnapshot
 
 
 def estimate_manifest(settings: Settings, manifest: Path, options: Options = Options(), gpus: int | None = None,
-                      feedback: Feedback = SILENT) -> dict:
-    """The estimate's data (`estimate --json`): per shape and in total, each shape with the basis of its numbers."""
+                      feedback: Feedback = SILENT, queue: QueueSnapshot | None = None) -> dict:
+    """The estimate's data (`estimate --json`): per shape and in total, each shape with the basis of its numbers.
+    `queue`: a long-lived process's recent read of the whole queue (`serve`), so that an estimate does not read
+    every pending unit of every team again."""
     spec = read_manifest(settings, manifest, options, feedback)
     bench = profiles.load(settings.engine.cache_dir)
     now = utcnow()
@@ -32,7 +34,8 @@ def estimate_manifest(settings: Settings, manifest: Path, options: Options = Opt
     with factory() as s:
         alive = alive_workers(s, now, LOST_AFTER_LEASES * settings.limits.lease_s)
         return forecast(spec, Estimator(s, bench), workers=gpus or alive,
-                        workers_source="--gpus" if gpus else "workers alive now", queue=queued(s), **kwargs)
+                        workers_source="--gpus" if gpus else "workers alive now",
+                        queue=queued(s) if queue is None else queue.rows(), **kwargs)
 
 
 def _ledger(url: str):
