@@ -54,13 +54,20 @@ class RunCounts:
         return all(Status(k).terminal for k, n in self.counts.items() if n)
 
 
-def run_counts(factory: Factory, run: str | None = None, owner: tuple = ()) -> list[RunCounts]:
-    """Each run's (or `run`'s) video counts by status; `owner`: more clauses a run must meet (a team's runs)."""
+def run_counts(factory: Factory, run: str | None = None, owner: tuple = (), limit: int | None = None,
+               before: int | None = None) -> list[RunCounts]:
+    """Each run's (or `run`'s) video counts by status, in the order of their ids; `owner`: more clauses a run must
+    meet (a team's runs); `limit`: only the newest that many of those with an id under `before` (a page)."""
     with factory() as s:
-        query = select(Run).where(*owner).order_by(Run.id)
+        query = select(Run).where(*owner)
         if run is not None:
             query = query.where(Run.id == _run_id(s, run))
-        runs = list(s.scalars(query))
+        if before is not None:
+            query = query.where(Run.id < before)
+        if limit is None:
+            runs = list(s.scalars(query.order_by(Run.id)))
+        else:
+            runs = list(s.scalars(query.order_by(Run.id.desc()).limit(limit)))[::-1]
         rows = s.execute(select(Video.run_id, Video.status, Video.flagged, func.count())
                          .group_by(Video.run_id, Video.status, Video.flagged)
                          .where(Video.run_id.in_([r.id for r in runs]))).all()

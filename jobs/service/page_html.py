@@ -204,7 +204,7 @@ async function poll() {
   if (!token() || polling) return;
   polling = true;
   try {
-    const runs = (await (await api("/v1/runs")).json()).runs.slice(-20).reverse();
+    const runs = (await (await api("/v1/runs?limit=20")).json()).runs.reverse();
     for (const r of runs) {
       if (!views.has(r.name)) views.set(r.name, {after: [0], open: false, at: 0});
       const view = views.get(r.name);

@@ -5,7 +5,7 @@ does not exist), through the same use cases the CLI calls."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import Response
@@ -21,9 +21,14 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"])
 Team = Annotated[TeamInfo, Depends(caller)]
 
 
-@router.get("", summary="List the team's runs", description="As `reelbatch status --json`, the team's runs only.")
-def list_runs(request: Request, team: Team) -> dict:
-    return {"runs": runs.status(request.app.state.settings, team=team, queue=request.app.state.queue).runs}
+@router.get("", summary="List the team's runs", description="As `reelbatch status --json`, the team's runs only, "
+            "a page at a time: the newest `limit` (default 100) with an id under `before`, oldest first; "
+            "`next_before`: the `before` of the page of older runs, null when there are none.")
+def list_runs(request: Request, team: Team, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+              before: Annotated[Optional[int], Query(ge=1, le=2**63 - 1)] = None) -> dict:
+    found = runs.status(request.app.state.settings, team=team, queue=request.app.state.queue, limit=limit,
+                        before=before)
+    return {"runs": found.runs, "next_before": found.next_before}
 
 
 @router.get("/{run}", summary="One run's status", description="Counts by state, deadline and budget, as an entry "

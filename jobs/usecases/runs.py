@@ -39,26 +39,33 @@ class Status:
     unserved: dict[str, int] = field(default_factory=dict)
     teams: list[TeamUsage] = field(default_factory=list)
     ungated: set[str] = field(default_factory=set)
+    # A page (`limit`): the id to ask for the runs before these with (`before`), None when there are none.
+    next_before: int | None = None
 
 
 def status(settings: Settings, run: str | None = None, team: TeamInfo | None = None,
-           queue: QueueSnapshot | None = None) -> Status:
-    """`queue`: a long-lived process's recent read of the whole queue, for the work ahead of these runs."""
+           queue: QueueSnapshot | None = None, limit: int | None = None, before: int | None = None) -> Status:
+    """`queue`: a long-lived process's recent read of the whole queue, for the work ahead of these runs. `limit`:
+    the newest that many runs with an id under `before`, and where the page before them starts."""
     factory = read_factory(settings)
     name = None if run is None else _name(settings, run, team)
-    rows = queries.run_counts(factory, name, owner=() if team is None else (team.owns,))
+    owner = () if team is None else (team.owns,)
+    rows = queries.run_counts(factory, name, owner=owner, limit=None if limit is None else limit + 1, before=before)
+    more = limit is not None and len(rows) > limit
+    rows = rows[1:] if more else rows
     plans = run_plans(settings, [r.run_id for r in rows], queue)
     runs = [{"run_id": r.run_id, "name": r.name, "model": r.model, "created_at": r.created_at.isoformat(),
              "total": r.total, "counts": r.counts, "flagged": r.flagged, **plans[r.run_id]} for r in rows]
+    next_before = runs[0]["run_id"] if more else None
     if team is not None:  # a team sees its runs; what the fleet serves and the other teams' usage are the operator's
-        return Status(runs)
+        return Status(runs, next_before=next_before)
     # Live: heartbeated within three leases, the span after which a sweeper closes a silent worker's session.
     unserved = queries.unserved_pending(factory, 3 * settings.limits.lease_s)
     usage = teams.usage(factory) if run is None else []
     ungated = queries.ungated_models(factory, 3 * settings.limits.lease_s) & set(unserved)
     if run is not None:  # this run's pending videos only
         unserved = {r.model: r.counts["pending"] for r in rows if r.model in unserved and r.counts["pending"]}
-    return Status(runs, unserved, usage, ungated)
+    return Status(runs, unserved, usage, ungated, next_before)
 
 
 def run_plans(settings: Settings, run_ids: list[int], queue: QueueSnapshot | None = None) -> dict[int, dict]:

@@ -83,7 +83,7 @@ def test_the_live_page_follows_a_run_in_a_real_browser(tmp_path, model_cache, ch
         browser.open(svc.url + "/")
         # Count the page's polls in flight (each starts with GET /v1/runs): never two at once.
         browser.js("window.inFlight = 0; window.mostInFlight = 0; const plain = window.fetch; "
-                   "window.fetch = async (path, options) => { const poll = path === '/v1/runs'; "
+                   "window.fetch = async (path, options) => { const poll = path.split('?')[0] === '/v1/runs'; "
                    "if (poll) { window.inFlight++; window.mostInFlight = Math.max(window.mostInFlight, "
                    "window.inFlight); } try { return await plain(path, options); } "
                    "finally { if (poll) window.inFlight--; } }; true")

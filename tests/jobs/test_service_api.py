@@ -258,3 +258,20 @@ def test_team_and_token_commands_refuse_bad_input_with_exit_2(service):
     service.cli("team", "add", "ads", "--share", "2", "--max-gpus", "4", "--monthly-usd", "100")  # changes ads
     (ads,) = [t for t in json.loads(service.cli("team", "list", "--json"))["teams"] if t["name"] == "ads"]
     assert (ads["share"], ads["max_gpus"], ads["monthly_usd"]) == (2.0, 4, 100.0)
+
+
+def test_a_teams_run_list_comes_a_page_at_a_time_newest_page_first(service):
+    c = service.client(service.team("pages"))
+    ids = {}
+    for name in ("p1", "p2", "p3"):
+        answer = c.post("/v1/runs", files={"manifest": (f"{name}.jsonl", JSONL)})
+        assert answer.status_code == 201, answer.text
+        ids[name] = answer.json()["run_id"]
+    newest = c.get("/v1/runs", params={"limit": 2}).json()
+    assert [r["name"] for r in newest["runs"]] == ["p2", "p3"] and newest["next_before"] == ids["p2"]
+    older = c.get("/v1/runs", params={"limit": 2, "before": newest["next_before"]}).json()
+    assert [r["name"] for r in older["runs"]] == ["p1"] and older["next_before"] is None
+    whole = c.get("/v1/runs").json()  # the default page of 100 holds all three
+    assert [r["name"] for r in whole["runs"]] == ["p1", "p2", "p3"] and whole["next_before"] is None
+    for bad in ({"limit": 0}, {"limit": 1001}, {"before": 2**63}, {"before": "x"}):
+        assert c.get("/v1/runs", params=bad).status_code == 422, bad
