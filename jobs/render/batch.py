@@ -105,6 +105,8 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         # The batch's time limit is for its render: a first batch's import and load (48 s for tiny on a loaded
         # 2-core machine, past the 60 s minimum with its render) no longer fails it.
         keeper.deadline = time.monotonic() + limit
+        if stopping is not None and progress is not None:
+            stopping.loaded(progress)  # the first step's time, which a Ctrl-C's estimate starts from, excludes it
         try:
             with meter.busy(u.video_id for u in todo) as span:
                 batch = RenderBatch(claim.batch.shape, tuple(
