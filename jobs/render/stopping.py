@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import json
 import math
 import mmap
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class Phase(enum.IntEnum):
@@ -100,6 +103,9 @@ class Stopping:
         # Seconds from the last step of this process's previous batch to its record (decode, encode, upload):
         # what follows the steps of the next one.
         self.tail_s: float | None = None
+        # Told the batch in hand after each of its denoising steps, and None when it is no longer in hand: how
+        # `reelbatch run`'s bar moves per step (jobs.work.shutdown writes it for `run` to read).
+        self.on_progress: Callable[[BatchProgress | None], None] | None = None
 
     # ---- the signal side (jobs.work.shutdown) --------------------------------------------------------------------
 
@@ -158,10 +164,17 @@ class Stopping:
             self.tail_s = self.clock() - progress.last_step
         self.dropped(progress)
 
+    def stepped(self, progress: BatchProgress) -> None:
+        """A denoising step of `progress`'s batch is done (counted already: BatchProgress.step)."""
+        if self.on_progress is not None:
+            self.on_progress(progress)
+
     def dropped(self, progress: BatchProgress) -> None:
         """The batch is no longer in hand (recorded, stopped, or failed)."""
         if self.in_hand is progress:
             self.in_hand = None
+            if self.on_progress is not None:
+                self.on_progress(None)
 
     def describe(self) -> InHand:
         progress, now = self.in_hand, self.clock()
@@ -170,3 +183,31 @@ class Stopping:
         stage = "storing" if progress.rendered else "rendering" if progress.done else "starting"
         return InHand(progress.videos, min(progress.done, progress.steps), progress.steps,
                       self.left_s(progress, now, from_first=True), stage, self.tail_s is not None)
+
+
+def steps_file(notices: Path) -> Path:
+    """Where the worker `reelbatch run` started says how far its batch in hand is, beside its notices file."""
+    return notices.with_suffix(".steps")
+
+
+def write_steps(path: Path, progress: BatchProgress | None) -> None:
+    """The batch in hand's videos and steps done (Stopping.on_progress), replaced whole so a reader never sees half
+    of it; removed when no batch is in hand."""
+    if progress is None:
+        path.unlink(missing_ok=True)
+        return
+    part = path.with_suffix(".steps-part")
+    part.write_text(json.dumps({"videos": progress.videos, "done": progress.done, "steps": progress.steps}))
+    os.replace(part, path)
+
+
+def read_steps(path: Path) -> float:
+    """How many videos' worth of the batch in hand its steps have done (videos x fraction of its steps), 0.0 when
+    none is in hand."""
+    try:
+        seen = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return 0.0
+    # An out-of-memory split renders in parts of `steps` each: the part in hand.
+    done = seen["done"] % seen["steps"] or (seen["steps"] if seen["done"] else 0)
+    return seen["videos"] * done / seen["steps"]

@@ -8,6 +8,7 @@ from sqlalchemy import select
 from jobs.db.rows import Video
 from jobs.db.status import Status
 from jobs.render.batch import Finisher, render_next_batch
+from jobs.render.stopping import Stopping
 
 from .test_render import setup  # noqa: F401 - the fixture: three 2-step tiny videos of one shape
 
@@ -52,3 +53,15 @@ def test_a_failed_store_of_a_one_chunk_video_names_no_chunk(setup, caplog):  # n
     with factory() as s:
         assert sorted(Status(v).value for v in s.scalars(select(Video.status))) == ["failed", "succeeded",
                                                                                       "succeeded"]
+
+
+def test_the_batch_in_hand_is_told_once_per_denoising_step(setup):  # noqa: F811
+    """Three 2-step videos in batches of at most 2: two batches, so 2 x 2 = 4 steps told, each batch then let go."""
+    settings, factory, engine, _ = setup
+    settings = settings.with_values({"worker.max_batch": 2})
+    stopping = Stopping()
+    told = []
+    stopping.on_progress = lambda p: told.append(None if p is None else (p.videos, p.done, p.steps))
+    while render_next_batch(settings, engine, factory, stopping=stopping).claimed:
+        pass
+    assert told == [(2, 1, 2), (2, 2, 2), None, (1, 1, 2), (1, 2, 2), None]

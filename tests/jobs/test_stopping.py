@@ -4,7 +4,7 @@ decision, and the phase shared with a forked child. Controlled clock; every expe
 import os
 import time
 
-from jobs.render.stopping import InHand, Phase, Stopping
+from jobs.render.stopping import InHand, Phase, Stopping, read_steps, steps_file, write_steps
 
 
 class Clock:
@@ -144,3 +144,16 @@ def test_a_forked_child_sees_the_phase_its_parent_sets_later():
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert seen[0] == Phase.FINISHING and float(seen[1:]) == expected
+
+
+def test_the_steps_file_run_reads_says_how_many_videos_worth_are_done(tmp_path):
+    path = steps_file(tmp_path / "w.notices")
+    assert path == tmp_path / "w.steps" and read_steps(path) == 0.0
+    stopping = Stopping(Clock())
+    progress = stopping.begin(videos=2, steps=8)
+    for _ in range(3):
+        progress.step(100.0)
+    write_steps(path, progress)
+    assert read_steps(path) == 0.75  # 2 videos x 3 of 8 steps
+    write_steps(path, None)
+    assert not path.exists() and read_steps(path) == 0.0
