@@ -19,7 +19,7 @@ from engine.clock import StageClock
 from engine.conditioning import Conditioning
 from engine.config import EngineConfig
 from engine.decode import decode_uint8
-from engine.errors import RenderError, RetryableRenderError
+from engine.errors import RenderError, RetryableRenderError, UnrenderableInput
 from engine.experts import ExpertSwap
 from engine.first_frame import first_frame_latents
 from engine.guidance import Guidance
@@ -83,6 +83,9 @@ class Engine:
         `should_stop` is asked after every denoising step; a reason it returns stops the render with
         RenderInterrupted. Out of device memory, the batch is split in half and each half rendered; the largest
         size that fitted is remembered per shape, so later batches of that shape are split before they start.
+        A ValueError or RuntimeError (not a device's) raised before the first denoising step is done comes from the
+        inputs (the pipeline's checks, a shape the model's tables do not cover): UnrenderableInput, which fails its
+        videos at once instead of after every attempt.
         """
         key, requests = batch.shape.key(), batch.requests
         limit = self.max_batch.get(key)
@@ -90,8 +93,14 @@ class Engine:
             return [video for start in range(0, len(requests), limit)
                     for video in self.render(RenderBatch(batch.shape, requests[start : start + limit]), should_stop)]
         self.last_shape = batch.shape
+        stepped: list[int] = []  # one entry per denoising step done, asked with should_stop after each
+
+        def counted() -> str | None:
+            stepped.append(1)
+            return should_stop() if should_stop is not None else None
+
         try:
-            return self._render_once(batch, should_stop)
+            return self._render_once(batch, counted)
         except torch.OutOfMemoryError as exc:
             if len(requests) == 1:
                 raise RetryableRenderError(f"out of memory rendering 1 x {key}") from exc
@@ -100,6 +109,10 @@ class Engine:
                         self.max_batch[key])
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+        except (ValueError, RuntimeError) as exc:
+            if stepped or _device_error(exc):
+                raise  # may pass: retried (jobs.render.attempts.decide)
+            raise UnrenderableInput(f"{type(exc).__name__} before the first denoising step of {key}: {exc}") from exc
         return self.render(batch, should_stop)
 
     def _render_once(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None) -> list[RenderedVideo]:
@@ -270,3 +283,12 @@ class Engine:
         negatives = [r.negative_prompt or "" for r in requests]  # WanPipeline's own default negative prompt
         return lookup(prompts), (lookup(negatives) if shape.guidance > 1.0 else None)
 
+
+# What a RuntimeError says when the device, not the inputs, failed (a reset, a driver's or library's error): it may
+# pass, so it is retried even before the first step.
+_DEVICE_WORDS = ("cuda", "cublas", "cudnn", "nccl", "hip error", "device-side", "out of memory")
+
+
+def _device_error(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, torch.OutOfMemoryError) or any(word in text for word in _DEVICE_WORDS)

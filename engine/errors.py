@@ -22,6 +22,13 @@ class RenderError(EngineError):
     the request (its prompt and seed), which another attempt repeats: the video fails at once."""
 
 
+class UnrenderableInput(RenderError):
+    """The pipeline raised on the batch's inputs before its first denoising step was done (a ValueError of its
+    input checks, or a RuntimeError such as `shape '[1, 256, 1, -1]' is invalid for input of size 640` from a side
+    past the transformer's position table): decided by the shape and the model, so every attempt would raise it
+    again. Out of memory and device errors are not this (engine.engine.Engine.render)."""
+
+
 class RetryableRenderError(EngineError):
     """A render failed for a reason that may pass (out of memory, a device reset)."""
 

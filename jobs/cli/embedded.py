@@ -27,7 +27,7 @@ from jobs.cli.console import progress_text, visible
 from jobs.db import queries, submission
 from jobs.db.status import Status
 from jobs.errors import ReelbatchError
-from jobs.render.stopping import InHand
+from jobs.render.stopping import InHand, read_steps, steps_file
 
 # How long `run` waits for the worker to say what a first Ctrl-C made it do: its signal handler runs between two
 # Python bytecodes of its main thread, so within one tensor operation.
@@ -40,6 +40,7 @@ def render(factory, submitted: submission.Submitted, console: Console, resume: s
     that interrupted `run`, once the worker has stopped. `resume` says how to resume the run."""
     log = tempfile.NamedTemporaryFile(prefix="reelbatch-worker-", suffix=".log", delete=False)
     notices = Path(log.name).with_suffix(".notices")
+    steps = steps_file(notices)
     cmd = [sys.executable, "-m", "jobs", "worker", "--concurrency", "1", "--pool", "solo",
            "--parent-pid", str(os.getpid()), "--notices", str(notices)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -57,7 +58,12 @@ def render(factory, submitted: submission.Submitted, console: Console, resume: s
                     handled += 1
                     _pass_on(proc, handled, received[0], notices, bar.console, resume)
                 (counts,) = queries.run_counts(factory, str(submitted.run_id))
-                bar.update(task, completed=sum(n for k, n in counts.counts.items() if Status(k).terminal))
+                ended = sum(n for k, n in counts.counts.items() if Status(k).terminal)
+                failed = counts.counts.get(Status.FAILED.value, 0)
+                # Per denoising step of the batch in hand (its worker writes how far it is), failed ones named.
+                bar.update(task, completed=min(submitted.videos, ended + read_steps(steps)),
+                           description=visible(f"rendering {submitted.name}"
+                                               + (f" ({failed} failed)" if failed else "")))
                 if counts.done:
                     break
                 if proc.poll() is not None:
@@ -79,6 +85,7 @@ def render(factory, submitted: submission.Submitted, console: Console, resume: s
         log.close()
     os.unlink(log.name)
     notices.unlink(missing_ok=True)
+    steps.unlink(missing_ok=True)
     return received[0] if received else None
 
 

@@ -61,7 +61,7 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
         return BatchResult()
     gate = Gate(meter.rate, settings.prices.storage, settings.engine.cache_dir)
     claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.worker.max_batch,
-                               lease_s=settings.limits.lease_s,                                serving=serving(settings, engine), gate=gate,
+                               lease_s=settings.limits.lease_s, serving=serving(settings, engine), gate=gate,
                                fair=fair.shared() if settings.worker.fair_share else None)
     if gate.stopped:  # a run stopped at its budget may have nothing left running to notice that it finished
         _notice_finished(settings, factory, set(gate.stopped))
@@ -74,6 +74,7 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
         model = claim.batch.shape.model
         ready = None if on_ready is None else (lambda n: on_ready(n, model))
         result = _render_claim(settings, engine, factory, claim, finisher, ready, meter, stopping)
+        log.info("%s", result.text())
         if not result.pending:  # all recorded here (a finisher's batch notices when it has stored)
             _notice_finished(settings, factory, {u.run_name for u in claim.units})
         return result
@@ -104,6 +105,8 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         # The batch's time limit is for its render: a first batch's import and load (48 s for tiny on a loaded
         # 2-core machine, past the 60 s minimum with its render) no longer fails it.
         keeper.deadline = time.monotonic() + limit
+        if stopping is not None and progress is not None:
+            stopping.loaded(progress)  # the first step's time, which a Ctrl-C's estimate starts from, excludes it
         try:
             with meter.busy(u.video_id for u in todo) as span:
                 batch = RenderBatch(claim.batch.shape, tuple(
@@ -144,6 +147,7 @@ def _store_timed(store: Callable[[], BatchResult], stopping: Stopping, progress:
 
 def _then_notice(settings: Settings, factory: Factory, claim: Claim, store: Callable[[], BatchResult]) -> BatchResult:
     result = store()
+    log.info("%s", result.text())
     _notice_finished(settings, factory, {u.run_name for u in claim.units})
     return result
 

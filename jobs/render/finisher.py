@@ -20,6 +20,17 @@ class BatchResult:
     released: int = 0
     pending: int = 0  # handed to a Finisher to encode and store; its result arrives from Finisher.wait()
 
+    def text(self) -> str:
+        """The batch's log line once its videos are recorded, e.g. `claimed 4: 3 stored, 1 failed, 0 to retry`
+        (a video adopted from an earlier attempt's upload counts as stored; `handed back`: released with no attempt
+        counted, only when there are any). A batch handed to a Finisher says so; its outcome is logged when stored."""
+        back = f", {self.released} handed back" if self.released else ""
+        if self.pending:  # the finisher logs their outcome once it has stored them
+            before = f"; {self.failed} failed, {self.retried} to retry" if self.failed or self.retried else ""
+            return f"claimed {self.claimed}: {self.pending} rendered, storing beside the next render{before}"
+        return (f"claimed {self.claimed}: {self.succeeded} stored, {self.failed} failed, {self.retried} to retry"
+                f"{back}")
+
 
 class Finisher:
     """Encodes, stores and records rendered batches on one background thread while the caller renders the next.

@@ -88,6 +88,7 @@ class LeaseKeeper:
         if self.stopping is not None and self.progress is not None:
             stepped = self.stopping.clock()
             self.progress.step(stepped)
+            self.stopping.stepped(self.progress)
             match self.stopping.phase:
                 case Phase.STOPPING:
                     return Stop.INTERRUPTED

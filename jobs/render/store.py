@@ -226,7 +226,8 @@ def _failed(unit: ClaimedUnit, exc: Exception) -> FailNow | Retry:
     """What an error while encoding or storing a video (or the engine's refusal of its frames) means for it, as the
     error decides (jobs.render.attempts.decide): another object at its key (not one an earlier attempt of this video
     stored: _upload adopts that), a key too long for the store or blank frames fail it now; an outage is retried."""
-    log.warning("storing %s (chunk %d) failed: %s", unit.key, unit.chunk, exc)
+    where = f" (chunk {unit.chunk + 1} of {unit.chunks})" if unit.chunked else ""
+    log.warning("storing %s%s failed: %s", unit.key, where, exc)
     match decide(exc):
         case Decision.FAIL_NOW:
             return FailNow(error_text(exc))

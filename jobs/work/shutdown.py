@@ -28,12 +28,13 @@ import sys
 import threading
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 from celery.platforms import EX_OK
 from celery.worker import state as celery_state
 
-from jobs.render.stopping import Phase, Stopping
+from jobs.render.stopping import Phase, Stopping, steps_file, write_steps
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ def install(stopping: Stopping, *, grace_s: float | None, pool: str, notices: Pa
     _config.update(stopping=stopping, grace_s=grace_s, pool=pool, notices=notices, parent_pid=parent_pid)
     if celery_state.should_stop not in (None, False) or celery_state.should_terminate not in (None, False):
         stopping.finish(grace_s)
+    if notices is not None and pool == "solo":  # `reelbatch run`'s worker: its bar moves per step
+        stopping.on_progress = partial(write_steps, steps_file(notices))
     for sig in SIGNALS:
         signal.signal(sig, _on_signal)
     if first:

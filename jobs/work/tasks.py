@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # its lease until that expires, then the reaper hands it on; its stored objects are adopted, never duplicated.
 @shared_task(name=RENDER_TASK, acks_late=True, autoretry_for=(OperationalError, InterfaceError),
              retry_backoff=2, retry_backoff_max=60, retry_jitter=True, max_retries=30)
-def render_next() -> dict:
+def render_next() -> str:
     stopping = process.stopping()
     if not stopping.taking_work():
         # A ticket taken while this worker shuts down (Celery's solo pool takes one more message after a warm
@@ -46,7 +46,9 @@ def render_next() -> dict:
     last = engine.last_shape.model if engine.last_shape else None
     if result.claimed and (model := claims.next_model(factory, process.served(), prefer=last)) is not None:
         send_tickets(app, 1, model)
-    return result.__dict__
+    # What Celery logs as the task's result: what the batch stored, or that the finisher is storing it (and logs
+    # its outcome then), never `succeeded: 0` for videos about to be stored.
+    return result.text()
 
 
 _warmed = threading.Event()

@@ -4,7 +4,7 @@ decision, and the phase shared with a forked child. Controlled clock; every expe
 import os
 import time
 
-from jobs.render.stopping import InHand, Phase, Stopping
+from jobs.render.stopping import InHand, Phase, Stopping, read_steps, steps_file, write_steps
 
 
 class Clock:
@@ -52,18 +52,21 @@ def test_what_the_batch_in_hand_needs_is_measured_from_its_steps_then_the_last_b
     assert stopping.describe().text() == "the batch in hand (4 videos, not at its first step yet), its time is " \
                                          "not measured yet"
     steps_at(stopping, clock, first, 130.0)  # the first step carries the model's loading: no rate yet
-    assert stopping.describe() == InHand(4, 1, 10, None, "rendering")
+    assert stopping.describe() == InHand(4, 1, 10, None, "rendering", tail_known=False)
     steps_at(stopping, clock, first, 132.0, 134.0, 136.0)
     clock.now = 137.0
-    # 2 s a step (130 -> 136 over 3 steps), 6 steps left, 1 s of the next already spent; no batch stored yet.
-    assert stopping.describe() == InHand(4, 4, 10, 11.0, "rendering")
-    assert stopping.describe().text() == "the batch in hand (4 videos, step 4 of 10), about 11 s"
+    # 2 s a step (130 -> 136 over 3 steps), 6 steps left, 1 s of the next already spent; no batch stored yet, so
+    # what follows the steps is not known.
+    assert stopping.describe() == InHand(4, 4, 10, 11.0, "rendering", tail_known=False)
+    assert stopping.describe().text() == ("the batch in hand (4 videos, step 4 of 10), about 11 s of steps, then its "
+                                          "decode and store")
     assert stopping.describe().text(estimate=False) == "the batch in hand (4 videos, step 4 of 10)"
 
     steps_at(stopping, clock, first, 138.0, 140.0, 142.0, 144.0, 146.0, 148.0)
     stopping.rendered(first)
     clock.now = 150.0
     assert stopping.describe().stage == "storing"
+    assert stopping.describe().text() == "the batch in hand (4 videos, storing), its time is not measured yet"
     clock.now = 153.0
     stopping.recorded(first)  # 5 s from its last step to its record: decode, encode, upload
     assert stopping.tail_s == 5.0 and stopping.in_hand is None
@@ -73,6 +76,23 @@ def test_what_the_batch_in_hand_needs_is_measured_from_its_steps_then_the_last_b
     # 3 s a step, 8 steps left, then the 5 s that followed the first batch's steps.
     assert stopping.left_s(second, 173.0) == 29.0
     assert stopping.describe().text() == "the batch in hand (1 video, step 2 of 10), about 29 s"
+
+
+def test_from_its_first_step_after_the_model_is_loaded_the_batch_in_hand_has_a_time():
+    """A Ctrl-C at the first step of a run's first batch: the model took 40 s to load, the first step 3 s after it
+    (its prompts and the step); the message says 9 steps at 3 s. The grace decision still waits for a second step."""
+    clock = Clock(100.0)
+    stopping = Stopping(clock)
+    progress = stopping.begin(videos=2, steps=10)
+    clock.now = 140.0
+    stopping.loaded(progress)
+    steps_at(stopping, clock, progress, 143.0)
+    clock.now = 144.0
+    # 3 s a step (140 -> 143), 9 steps left: 27 s, 1 s of them spent.
+    assert stopping.describe() == InHand(2, 1, 10, 26.0, "rendering", tail_known=False)
+    assert stopping.describe().text() == ("the batch in hand (2 videos, step 1 of 10), about 26 s of steps, then its "
+                                          "decode and store")
+    assert stopping.left_s(progress, 144.0) is None, "the grace's measure: between steps"
 
 
 def test_a_grace_that_cannot_cover_the_rest_stops_the_batch():
@@ -124,3 +144,16 @@ def test_a_forked_child_sees_the_phase_its_parent_sets_later():
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert seen[0] == Phase.FINISHING and float(seen[1:]) == expected
+
+
+def test_the_steps_file_run_reads_says_how_many_videos_worth_are_done(tmp_path):
+    path = steps_file(tmp_path / "w.notices")
+    assert path == tmp_path / "w.steps" and read_steps(path) == 0.0
+    stopping = Stopping(Clock())
+    progress = stopping.begin(videos=2, steps=8)
+    for _ in range(3):
+        progress.step(100.0)
+    write_steps(path, progress)
+    assert read_steps(path) == 0.75  # 2 videos x 3 of 8 steps
+    write_steps(path, None)
+    assert not path.exists() and read_steps(path) == 0.0
