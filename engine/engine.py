@@ -286,7 +286,9 @@ class Engine:
 
 # What a RuntimeError says when the device, not the inputs, failed (a reset, a driver's or library's error): it may
 # pass, so it is retried even before the first step.
-_DEVICE_WORDS = ("cuda", "cublas", "cudnn", "nccl", "hip error", "device-side", "out of memory")
+# The CPU allocator's own ("DefaultCPUAllocator: not enough memory: you tried to allocate ...") is memory, too.
+_DEVICE_WORDS = ("cuda", "cublas", "cudnn", "nccl", "hip error", "device-side", "out of memory", "not enough memory",
+                 "cpuallocator", "can't allocate memory")
 
 
 def _device_error(exc: BaseException) -> bool:
