@@ -8,6 +8,7 @@ import typer
 
 from jobs.cli.bench import bench_app
 from jobs.cli.db import db_app
+from jobs.cli.download import download
 from jobs.cli.notifications import notifications_cmd
 from jobs.cli.plan import budget, estimate
 from jobs.cli.quality import quality
@@ -33,6 +34,7 @@ app.command()(status)
 app.command()(report)
 app.command()(cancel)
 app.command()(resume)
+app.command()(download)
 app.command("notifications")(notifications_cmd)
 app.add_typer(team_app, name="team")
 app.add_typer(token_app, name="token")
