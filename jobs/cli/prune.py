@@ -40,6 +40,7 @@ def prune(older_than: Annotated[str, typer.Option("--older-than", metavar="AGE",
                   highlight=False)
     for k in done.kept:
         out.print(f"kept run {k.run_id} {k.name}: {k.why}", highlight=False)
-    out.print(f"{len(done.removed)} runs {verb}, {len(done.kept)} unfinished kept, {done.recent} ended within "
+    total = "would be removed" if dry_run else "removed"
+    out.print(f"{len(done.removed)} runs {total}, {len(done.kept)} unfinished kept, {done.recent} ended within "
               f"{older_than}" + ("" if objects or not done.removed else "; their objects stay (--objects)"),
               highlight=False)
