@@ -8,8 +8,10 @@ import typer
 
 from jobs.cli.bench import bench_app
 from jobs.cli.db import db_app
+from jobs.cli.download import download
 from jobs.cli.notifications import notifications_cmd
 from jobs.cli.plan import budget, estimate
+from jobs.cli.prune import prune
 from jobs.cli.quality import quality
 from jobs.cli.reports import capacity, ledger_cmd, report
 from jobs.cli.runs import cancel, resume, status
@@ -33,6 +35,7 @@ app.command()(status)
 app.command()(report)
 app.command()(cancel)
 app.command()(resume)
+app.command()(download)
 app.command("notifications")(notifications_cmd)
 app.add_typer(team_app, name="team")
 app.add_typer(token_app, name="token")
@@ -40,6 +43,7 @@ app.command()(budget)
 app.command()(capacity)
 app.command()(scale)
 app.command("ledger")(ledger_cmd)
+app.command()(prune)
 app.add_typer(schedule_app, name="schedule")
 app.command()(beat)
 app.add_typer(db_app, name="db")

@@ -39,7 +39,7 @@ from jobs.cost.prices import Rate, charge
 from jobs.db.base import utcnow
 from jobs.db.connect import reads
 from jobs.db.queries import Factory
-from jobs.db.rows import CostRecord, Video, WorkerSession
+from jobs.db.rows import CostRecord, PrunedCharge, Video, WorkerSession
 from jobs.db.status import Status
 
 
@@ -90,6 +90,7 @@ class SessionLedger:
     idle_micro_usd: int
     spread_micro_usd: int
     runs: dict[int, int]  # run id -> successful videos of it this session worked on
+    pruned_videos: int = 0  # successful videos of pruned runs it worked on (jobs.db.prune), counted as served
 
 
 def sessions(factory: Factory, session_ids: Iterable[int] | None = None) -> list[SessionLedger]:
@@ -111,17 +112,24 @@ def sessions(factory: Factory, session_ids: Iterable[int] | None = None) -> list
                 .where(CostRecord.session_id.in_(ids), Video.status == Status.SUCCEEDED)
                 .group_by(CostRecord.session_id, Video.run_id)):
             served.setdefault(sid, {})[run_id] = n
+        # The runs pruned since (jobs.db.prune): their records summed, their charges and served videos still here.
+        pruned = {sid: (float(secs or 0.0), int(micro or 0), int(n or 0)) for sid, secs, micro, n in s.execute(
+            select(PrunedCharge.session_id, func.sum(PrunedCharge.seconds), func.sum(PrunedCharge.amount_micro_usd),
+                   func.sum(PrunedCharge.succeeded_videos))
+            .where(PrunedCharge.session_id.in_(ids)).group_by(PrunedCharge.session_id))}
     out = []
     for r in rows:
         rate = Rate(r.rate_usd_per_hour, r.rate_source)
         secs, micro = charged.get(r.id, (0.0, 0))
+        gone_s, gone_micro, gone_videos = pruned.get(r.id, (0.0, 0, 0))
+        secs, micro = secs + gone_s, micro + gone_micro
         idle = max(0.0, r.up_s - secs)
         # A session recorded before `worked_s` existed spreads all its idle time, as reports did then.
         spread = min(idle, max(0.0, (r.up_s if r.worked_s is None else r.worked_s) - secs))
         state = "open" if r.ended_at is None else (r.end_reason or "stopped")
         out.append(SessionLedger(r.id, r.owner, state, r.up_s, secs, idle, spread, r.rate_usd_per_hour,
                                  r.rate_source, rate.micro_usd(r.up_s), micro, rate.micro_usd(idle),
-                                 rate.micro_usd(spread), served.get(r.id, {})))
+                                 rate.micro_usd(spread), served.get(r.id, {}), gone_videos))
     return out
 
 
@@ -158,7 +166,7 @@ def run_ledger(factory: Factory, run_id: int, charges: Charges | None = None) ->
     micro = seconds = up = charged = 0.0
     for ledger in sessions(factory, ids):
         up, charged = up + ledger.up_s, charged + ledger.charged_s
-        served = sum(ledger.runs.values())
+        served = sum(ledger.runs.values()) + ledger.pruned_videos
         mine = ledger.runs.get(run_id, 0)
         if served and mine:
             micro += ledger.spread_micro_usd * mine / served

@@ -225,3 +225,19 @@ class CostRecord(Timestamps, Base):
     precision: Mapped[str | None] = mapped_column(String(16))
 
     video: Mapped[Video] = relationship(back_populates="costs", lazy="raise")
+
+
+class PrunedCharge(Timestamps, Base):
+    """What a pruned run's cost records were, summed per worker session (jobs.db.prune): removing a run removes its
+    videos and, with them, their cost records, but not the worker time they were charged. The ledger adds these to
+    each session's charged seconds and money, and counts their successful videos among those the session served, so
+    its figures, and the idle time it spreads over the runs that remain, read the same after a prune as before."""
+
+    __tablename__ = "pruned_charges"
+
+    session_id: Mapped[int] = mapped_column(ForeignKey("worker_sessions.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[int] = mapped_column(Integer)  # the pruned run's id then (no key: its row is gone)
+    run_name: Mapped[str] = mapped_column(String(128))
+    seconds: Mapped[float] = mapped_column(Float)
+    amount_micro_usd: Mapped[int] = mapped_column(BigInteger)
+    succeeded_videos: Mapped[int] = mapped_column(Integer)  # of the run's, those this session worked on
