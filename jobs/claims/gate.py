@@ -56,7 +56,7 @@ class Gate:
     def profiles(self) -> dict:
         if self._profiles is None:
             try:
-                self._profiles = profiles.load(self.cache_dir) if self.cache_dir else {}
+                self._profiles = profiles.load(self.cache_dir, shipped=False) if self.cache_dir else {}
             except UsageError as exc:  # a worker keeps working: the estimate goes without profiles
                 log.warning("%s", exc)
                 self._profiles = {}

@@ -67,7 +67,8 @@ def print_estimate(d: dict) -> None:
         b = sh["basis"]
         basis = {"measured": lambda: f"measured ({b['videos']} videos, {b['runs']} runs)",
                  "fit": lambda: f"fit ({b['shapes']} shapes, {b['videos']} videos)",
-                 "profile": lambda: f"bench profile\n({b['profile']['device']}, x{b['work_ratio']:.3g} work)",
+                 "profile": lambda: f"{'shipped' if b['profile'].get('shipped') else 'bench'} profile\n"
+                                    f"({b['profile']['device']}, x{b['work_ratio']:.3g} work)",
                  "unknown": lambda: "unknown"}[b["kind"]]()
         chunks = f" {sh['chunks']} chunks" if sh["chunks"] > 1 else ""
         per = b["gpu_seconds_per_video"]

@@ -145,7 +145,7 @@ class Estimator:
         return Basis(BasisKind.PROFILE, p.seconds_per_video * ratio, {
             "profile": {"width": p.width, "height": p.height, "frames": p.frames, "steps": p.steps,
                         "guidance": p.guidance, "seconds_per_video": p.seconds_per_video, "device": p.device,
-                        "measured_at": p.measured_at, "source": p.source},
+                        "measured_at": p.measured_at, "source": p.source, "shipped": p.shipped},
             "work_ratio": ratio})
 
     def _stored(self, shape: VideoShape, fps: int) -> tuple[float | None, str]:

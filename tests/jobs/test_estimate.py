@@ -2,12 +2,15 @@
 a controlled clock (tests/jobs/clocked.py), so every expected number is worked out by hand; then the command itself:
 its JSON, writing nothing, and bad input. Accuracy on the real clock: tests/e2e/test_plan.py."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
+from engine.models import TINY
 from jobs.cli import app
 from jobs.cost import profiles
 from jobs.cost.estimate import Estimator
@@ -104,16 +107,21 @@ def test_with_no_history_the_bench_profile_is_scaled_by_work(world):
     twice, four_times = e["shapes"]
     assert twice["basis"]["kind"] == "profile" and twice["basis"]["work_ratio"] == 2.0
     assert (twice["gpu_seconds"], four_times["gpu_seconds"]) == (6.0, 12.0)
-    assert twice["basis"]["profile"]["device"] == "cpu"
+    assert twice["basis"]["profile"]["device"] == "cpu" and twice["basis"]["profile"]["shipped"] is False, \
+        "the user's own profile takes the place of the one reelbatch ships for tiny"
+    recorded = json.loads((world.settings.engine.cache_dir / "profiles.json").read_text())
+    assert list(recorded) == ["tiny"], "the shipped profiles stay out of the user's file"
     assert e["gpu_seconds"] == 18.0 and e["cost"]["gpu_usd"] == 0.018
     assert e["storage_unknown_videos"] == 2 and twice["cost"]["storage_usd"] is None, "nothing of it stored yet"
 
 
 def test_with_nothing_known_there_is_no_number(world):
-    e = forecast(world, world.spec("u", videos("a", 3)))
+    # An operator's registration reelbatch ships no profile for (the built-ins have one: the test below).
+    world.registry.models["mine"] = dataclasses.replace(TINY, name="mine", builtin=False)
+    e = forecast(world, world.spec("u", videos("a", 3), model="mine"))
     (shape,) = e["shapes"]
     assert shape["basis"]["kind"] == "unknown" and shape["basis"]["gpu_seconds_per_video"] is None
-    assert "no successful video of model tiny" in shape["basis"]["reason"]
+    assert "no successful video of model mine" in shape["basis"]["reason"]
     assert (shape["gpu_seconds"], shape["cost_usd"]) == (None, None)
     assert (e["gpu_seconds"], e["cost_usd"], e["finish_s"], e["unknown_videos"]) == (None, None, None, 3)
 
@@ -153,14 +161,28 @@ def test_the_command_prints_the_estimate_and_writes_nothing(world):
     assert text.exit_code == 0 and "measured (4 videos, 1 runs)" in text.output and "OVER it" in text.output
 
 
-def test_the_command_creates_no_database(tmp_path):
-    manifest = tmp_path / "m.yaml"
-    manifest.write_text("name: m\nvideos:\n  - {id: a, prompt: p}\n")
-    env = {"REELBATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}", "REELBATCH_CACHE_DIR": str(tmp_path)}
-    result = CliRunner().invoke(app, ["estimate", str(manifest), "--json"], env=env)
+def test_a_fresh_database_estimates_the_demo_from_the_shipped_profile_and_creates_nothing(tmp_path):
+    """The README's demo on a new machine: no ledger, no bench run, yet a number, said to be reelbatch's own."""
+    env = {"REELBATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}", "REELBATCH_CACHE_DIR": str(tmp_path),
+           "REELBATCH_GPU_HOUR_USD": "3.6", "COLUMNS": "200"}
+    demo = str(Path(__file__).resolve().parents[2] / "manifests" / "examples" / "demo.yaml")
+    result = CliRunner().invoke(app, ["estimate", demo, "--json"], env=env)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["shapes"][0]["basis"]["kind"] == "unknown"
-    assert not (tmp_path / "none.db").exists()
+    e = json.loads(result.output)
+    # The demo is 4 toy videos at toy's 32x32, 9 frames, 20 steps; one at guidance 6, the others at 2: both two
+    # passes a step, so the same work as the shipped profile's shape (jobs/cost/shipped_profiles.json: 0.1074 s).
+    assert [(sh["videos"], sh["guidance"]) for sh in e["shapes"]] == [(3, 2.0), (1, 6.0)]
+    for sh in e["shapes"]:
+        b = sh["basis"]
+        assert (b["kind"], b["work_ratio"], b["profile"]["shipped"]) == ("profile", 1.0, True)
+        assert b["gpu_seconds_per_video"] == 0.1074
+    assert e["gpu_seconds"] == pytest.approx(4 * 0.1074) and e["unknown_videos"] == 0
+    # $3.60 an hour is $0.001 a second: 3 x 0.1074 s is 322.2 micro-dollars and 0.1074 s 107.4, each shape's cost
+    # in whole micro-dollars (322 + 107).
+    assert e["cost"]["gpu_usd"] == 0.000429
+    text = CliRunner().invoke(app, ["estimate", demo], env=env)
+    assert text.exit_code == 0 and "shipped profile" in text.output and "cost unknown" not in text.output
+    assert not (tmp_path / "none.db").exists() and list(tmp_path.iterdir()) == [], "nothing written"
 
 
 def test_bad_input_exits_2_naming_file_line_field_and_value(tmp_path):
