@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.models import builtin_models  # noqa: E402
 from jobs.cost.estimate import Estimator, VideoShape  # noqa: E402
-from jobs.cost.profiles import Profile, _entry, load  # noqa: E402
+from jobs.cost.profiles import Profile, as_entry, load  # noqa: E402
 from jobs.db.connect import session_factory  # noqa: E402
 from jobs.settings import Settings  # noqa: E402
 
@@ -101,7 +101,7 @@ def main() -> None:
             runs = [p.seconds_per_video for p in timed]
             print(f"{model}: {', '.join(f'{r:.3f}' for r in runs)} s a video (bench, {args.videos} videos a run)",
                   flush=True)
-            profiles[model] = {**_entry(timed[-1]), "seconds_per_video": round(statistics.mean(runs), 4),
+            profiles[model] = {**as_entry(timed[-1]), "seconds_per_video": round(statistics.mean(runs), 4),
                                "videos": args.videos * args.repeats, "device": device,
                                "source": f"{timed[-1].source}, --speed-only: the mean of {args.repeats} runs "
                                          f"({', '.join(f'{r:.3f}' for r in runs)} s a video; {load_})"}
@@ -115,7 +115,7 @@ def main() -> None:
                   f"{shape.height}, {shape.frames} frames, {shape.steps} steps, guidance {shape.guidance})",
                   flush=True)
         each = ", ".join(f"{r:.3f}" for r in runs)
-        profiles[model] = _entry(Profile(
+        profiles[model] = as_entry(Profile(
             model=model, width=shape.width, height=shape.height, frames=shape.frames, steps=shape.steps,
             guidance=shape.guidance, seconds_per_video=round(statistics.mean(runs), 4),
             videos=args.videos * args.repeats, batch=min(args.videos, Settings.from_env({}).worker.max_batch),

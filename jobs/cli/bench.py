@@ -8,7 +8,6 @@ jobs.cli.app registers it with `app.add_typer(bench_app, name="bench")`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -87,7 +86,7 @@ def side_by_side(
             fail(exc)
     profile = _record_profile(settings, chosen, result, profile_as)
     if json_:
-        out.print_json(json.dumps({**result.to_dict(), "profile": dataclasses.asdict(profile)}))
+        out.print_json(json.dumps({**result.to_dict(), "profile": profiles.as_entry(profile)}))
     else:
         print_bench(result)
 

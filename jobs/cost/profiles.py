@@ -71,8 +71,8 @@ def record(cache_dir: Path, profile: Profile) -> Path:
     """Add or replace the model's profile; the file is replaced whole (a reader never sees half of it)."""
     path = Path(cache_dir) / FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    profiles = {name: _entry(p) for name, p in _read(path).items()}
-    profiles[profile.model] = _entry(profile)
+    profiles = {name: as_entry(p) for name, p in _read(path).items()}
+    profiles[profile.model] = as_entry(profile)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".profiles-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(profiles, f, indent=2, sort_keys=True)
@@ -80,5 +80,5 @@ def record(cache_dir: Path, profile: Profile) -> Path:
     return path
 
 
-def _entry(profile: Profile) -> dict:
+def as_entry(profile: Profile) -> dict:
     return {k: v for k, v in asdict(profile).items() if k != "shipped"}

@@ -93,13 +93,14 @@ class Worker:
         return sum(text.count(s) for s in ("] succeeded in ", "] raised unexpected", "] retry: "))
 
     def claims(self) -> int:
-        """Batches this worker has claimed: jobs.render.batch logs one "claimed" line per claim."""
-        return self.text().count("] claimed ")
+        """Batches this worker has claimed: jobs.render.batch logs one "claimed N (SHAPE)" line per claim (and later
+        "claimed N: ..." lines saying what it stored, not counted here)."""
+        return len(re.findall(r"\] claimed \d+ \(", self.text()))
 
     def mid_render(self) -> bool:
         """Is the task of this worker's latest claim still running (rendering)? With overlap, a rendered batch is
         stored after its task returns, its units still running: a worker frozen then has no ticket left to end."""
-        return self.claims() == len(re.findall(r"succeeded in .*'claimed': [1-9]", self.text())) + 1
+        return self.claims() == len(re.findall(r"succeeded in .*'claimed [1-9]", self.text())) + 1
 
     def tail(self, lines: int = 40) -> str:
         return f"--- {self!r} log tail ---\n" + "\n".join(self.text().splitlines()[-lines:])

@@ -187,7 +187,10 @@ def test_the_html_report_renders_offline_in_a_real_browser(demo, tmp_path, chrom
 
 
 def test_run_jsonl_with_run_level_options(cli, tmp_path):
-    manifest = DEMO.with_suffix(".jsonl")
+    # The demo's lines without their own steps (20, the toy model's), so that the run's --set gives every video its 2.
+    lines = [json.loads(line) for line in DEMO.with_suffix(".jsonl").read_text().splitlines()]
+    manifest = tmp_path / "demo.jsonl"
+    manifest.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "steps"}) + "\n" for line in lines))
     report = cli.json("run", str(manifest), "--name", "from-jsonl", "--set", "steps=2",
                       "--output", f"file://{tmp_path / 'elsewhere'}/")
     assert report["name"] == "from-jsonl" and all(v["steps"] == 2 for v in report["videos"])

@@ -154,6 +154,7 @@ def test_class_3_a_report_shows_an_output_with_tags_whole(tmp_path):
 
 
 def test_class_3_control_and_bidi_characters_are_shown_escaped(tmp_path):
+    assert cli(tmp_path, "db", "upgrade").returncode == 0  # a database to look the run up in
     proc = cli(tmp_path, "status", "run-\x1b[2J\u202eevil")
     assert proc.returncode == 2
     assert "\x1b" not in proc.stderr and "\u202e" not in proc.stderr
