@@ -187,6 +187,8 @@ class Registry:
     """Name -> ModelInfo. Built-ins plus the operator's models file (engine.models_file.load_registry)."""
 
     models: dict[str, ModelInfo] = field(default_factory=lambda: builtin_models())
+    # Where the models file writes each of its registrations ("FILE:LINE"); a built-in one has none.
+    sources: dict[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> ModelInfo:
         try:

@@ -7,14 +7,14 @@ its own work: every key checked, every error naming the file, the model and the 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
-
-import yaml
 
 from engine.errors import ModelNotFound
 from engine.families import PUBLISHED, FolderFacts, Published, check_image_condition, read_folder
 from engine.models import MODEL_NAME, WAN_DEFAULTS, ModelDefaults, ModelInfo, Registry
+from engine.models_keys import REGISTRATION_KEYS, read_models_file
 from engine.precision import check_mode
 from engine.registration import Problem, parse_adapters, parse_clip, parse_decoder, parse_sampler, wrap
 from engine.video_checks import DEFAULT_THRESHOLDS, Thresholds
@@ -60,18 +60,21 @@ def load_registry(models_file: Path | None = None) -> Registry:
     registry = Registry()
     if models_file is None:
         return registry
-    try:
-        data = yaml.safe_load(Path(models_file).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ModelNotFound(f"{models_file}: not valid YAML: {exc}") from None
+    data, lines = read_models_file(models_file)
+    data = data or {}
     if not isinstance(data, dict):
         raise ModelNotFound(f"{models_file}: expected a mapping of model names")
     for name, entry in data.items():
+        line = f"{models_file}:{lines.get(str(name), 1)}"
         if not re.fullmatch(MODEL_NAME, str(name)):
-            raise ModelNotFound(f"{models_file}: model {name!r}: a name has letters, digits, '.', '_' and '-' only, "
+            raise ModelNotFound(f"{line}: model {name!r}: a name has letters, digits, '.', '_' and '-' only, "
                                 "and starts with a letter or digit")
-        if not isinstance(entry, dict) or "path" not in entry:
-            raise ModelNotFound(f"{models_file}: model {name!r} needs a 'path' to a local diffusers folder")
+        if not isinstance(entry, dict):
+            stray = " (a registration's key: indent it under its model)" if name in REGISTRATION_KEYS else ""
+            raise ModelNotFound(f"{line}: model {name!r} must be a mapping with a 'path' to a local diffusers "
+                                f"folder, got {entry!r}{stray}")
+        if "path" not in entry:
+            raise ModelNotFound(f"{line}: model {name!r} needs a 'path' to a local diffusers folder")
         where = f"{models_file}: model {name!r}"
         path = Path(entry["path"]).expanduser()
         base = Path(entry["base"]).expanduser() if entry.get("base") is not None else None
@@ -80,11 +83,11 @@ def load_registry(models_file: Path | None = None) -> Registry:
         facts = read_folder(base or path, where)
         check_image_condition(facts, entry.get("image_condition"), where, base or path)
         published = PUBLISHED[facts.family]
-        given = entry.get("defaults") or {}
-        unknown = set(given) - set(_DEFAULT_FIELDS)
-        if unknown:
-            raise ModelNotFound(f"{where}: unknown defaults {sorted(unknown)}")
-        defaults = ModelDefaults(**{f: t(given.get(f, getattr(published, f))) for f, t in _DEFAULT_FIELDS.items()})
+        given = entry.get("defaults") or {}  # its keys checked by read_models_file
+        if not isinstance(given, dict):
+            raise ModelNotFound(f"{where}: defaults must be a mapping ({', '.join(_DEFAULT_FIELDS)}), got {given!r}")
+        defaults = _defaults(where, given, published)
+        registry.sources[str(name)] = line
         registry.models[str(name)] = ModelInfo(
             name=str(name),
             defaults=defaults,
@@ -112,6 +115,19 @@ def load_registry(models_file: Path | None = None) -> Registry:
             raise ModelNotFound(f"{models_file}: model {info.name!r}: teacher: {info.teacher!r} is not another "
                                 f"registered model (registered: {', '.join(registry.names())})")
     return registry
+
+
+def _defaults(where: str, given: dict, published: Published) -> ModelDefaults:
+    """The family's published defaults with the registration's over them, each a number of its field's kind."""
+    values = {}
+    for f, kind in _DEFAULT_FIELDS.items():
+        value = given.get(f, getattr(published, f))
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or (kind is int and value != int(value))):
+            what = "a whole number" if kind is int else "a number"
+            raise ModelNotFound(f"{where}: defaults.{f} must be {what}, got {value!r}")
+        values[f] = kind(value)
+    return ModelDefaults(**values)
 
 
 def _max_batch(models_file: Path, name: str, value: object) -> int | None:
@@ -188,16 +204,14 @@ def _experts(where: str, entry: dict, facts: FolderFacts, published: Published) 
     return {"guidance_2": None if guidance_2 is None else float(guidance_2), "offload_idle_expert": offload}
 def _checks(models_file: Path, name: str, value: object) -> Thresholds:
     """The limits its videos are checked against (engine.video_checks.Thresholds): the defaults, with what the
-    mapping names over them; each key known and each value a finite number of at least 0."""
+    mapping names over them; each value a finite number of at least 0."""
     if value is None:
         return DEFAULT_THRESHOLDS
     where = f"{models_file}: model {name!r}: checks"
     known = list(Thresholds.__dataclass_fields__)
     if not isinstance(value, dict):
         raise ModelNotFound(f"{where} must be a mapping of limits ({', '.join(known)}), got {value!r}")
-    for key, limit in value.items():
-        if key not in known:
-            raise ModelNotFound(f"{where}.{key}: unknown check limit (known: {', '.join(known)})")
+    for key, limit in value.items():  # each key known (engine.models_keys)
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit < float("inf"):
             raise ModelNotFound(f"{where}.{key} must be a finite number of at least 0, got {limit!r}")
     return Thresholds(**{**vars(DEFAULT_THRESHOLDS), **{k: float(v) for k, v in value.items()}})

@@ -56,7 +56,8 @@ def test_models_file_errors_name_the_problem(tmp_path, entry, message):
 def test_unknown_model_defaults_are_refused(model_cache, tmp_path):
     models = tmp_path / "models.yaml"
     models.write_text(f"m:\n  path: {ensure_tiny(model_cache)}\n  defaults: {{widht: 32}}\n")
-    with pytest.raises(ModelNotFound, match="unknown defaults.*widht"):
+    with pytest.raises(ModelNotFound, match=r"models.yaml:3: model 'm': defaults: unknown key 'widht' "
+                                            r"\(did you mean 'width'\?\)"):
         load_registry(models)
 
 

@@ -215,8 +215,6 @@ def test_identity_includes_adapters_sampler_and_decoder_and_is_unchanged_without
     ("adapters: [{path: MIXED}]", r"adapters\[0\]\.path: .*mixed\.safetensors: tensor 'transformer\.blocks\.0\.attn1"
                                   r"\.to_q\.lora_A\.weight' is not named diffusion_model\.\* like the file's other "
                                   r"tensors"),
-    ("adapters: [{path: LORA, strength: 1}]", r"adapters\[0\] must be \{path: FILE, scale: NUMBER, expert: "
-                                           r"high_noise\|low_noise\}"),
     ("sampler: {name: lcm_magic, shift: 3}", r"sampler\.name: unknown sampler 'lcm_magic' \(known: flow_euler, "
                                              r"flow_unipc, flow_dpm\)"),
     ("sampler: {name: flow_unipc, shift_terminal: 0.1}", r"sampler: unknown keys \['shift_terminal'\] for flow_unipc"),
