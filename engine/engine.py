@@ -1,7 +1,7 @@
 """The engine: loads each registered pipeline once per process and renders same-shape batches to uint8 frames.
 
-What it leans on is apart: engine.pipelines (the loaded-pipeline cache), engine.decode (latents to frames),
-engine.checks (what a render refuses) and engine.clock (seconds per stage).
+What it leans on is apart: engine.models.pipelines (the loaded-pipeline cache), engine.frames.decode (latents to
+frames), engine.frames.checks (what a render refuses) and engine.loop.clock (seconds per stage).
 """
 
 from __future__ import annotations
@@ -12,23 +12,23 @@ from dataclasses import replace
 
 import torch
 
-from engine import denoise, i2v, stopping
-from engine.checks import check_images, check_shape, checked
-from engine.chunks import chunk_seed
-from engine.clock import StageClock
-from engine.conditioning import Conditioning
-from engine.config import EngineConfig
-from engine.decode import decode_uint8
 from engine.errors import RenderError, RetryableRenderError, UnrenderableInput
-from engine.experts import ExpertSwap
-from engine.first_frame import first_frame_latents
-from engine.guidance import Guidance
-from engine.models import ModelInfo, Registry
-from engine.pipelines import PipelineCache
-from engine.stitch import seam_score, stitch
-from engine.text_cache import TextEmbeddingCache
+from engine.frames.checks import check_images, check_shape, checked
+from engine.frames.decode import decode_uint8
+from engine.frames.video_checks import seam_jump
+from engine.levers.config import EngineConfig
+from engine.levers.text_cache import TextEmbeddingCache
+from engine.long.chunks import chunk_seed
+from engine.long.stitch import seam_score, stitch
+from engine.loop import denoise, i2v, stopping
+from engine.loop.clock import StageClock
+from engine.loop.conditioning import Conditioning
+from engine.loop.experts import ExpertSwap
+from engine.loop.first_frame import first_frame_latents
+from engine.loop.guidance import Guidance
+from engine.models.pipelines import PipelineCache
+from engine.models.registry import ModelInfo, Registry
 from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape, add_stages
-from engine.video_checks import seam_jump
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 class Engine:
     def __init__(self, config: EngineConfig, registry: Registry, *, measuring: Collection[str] = ()):
         """`measuring`: models rendered to measure their quality gates, whose gates are therefore not asked
-        (engine.pipelines.PipelineCache.measuring); only the quality bench and `toy distill` pass it."""
+        (engine.models.pipelines.PipelineCache.measuring); only the quality bench and `toy distill` pass it."""
         self.config = config
         self.registry = registry
         # The loaded pipelines, their light decoders and expert swaps, and the gates checked before loading.
@@ -48,7 +48,7 @@ class Engine:
         self.max_batch: dict[str, int] = {}
         self.text_cache = TextEmbeddingCache(config.cache_dir / "text-embeddings") if config.text_cache else None
 
-    # The pipeline cache's face on the engine; engine.pipelines.PipelineCache says what each one does.
+    # The pipeline cache's face on the engine; engine.models.pipelines.PipelineCache says what each one does.
 
     @property
     def swaps(self) -> dict[str, ExpertSwap]:
@@ -131,7 +131,7 @@ class Engine:
             # decoding.
             config = self.config
             conditioning = self._conditioning(info, pipe, shape, requests, generators)
-            kept: list[torch.Tensor] = []  # each video's noise_kept (engine.denoise.kept), from the loop
+            kept: list[torch.Tensor] = []  # each video's noise_kept (engine.loop.denoise.kept), from the loop
             if denoise.supports(pipe):
                 steps = config.steps_for(shape.steps)
                 swap = self.swaps.get(shape.model)
@@ -145,7 +145,7 @@ class Engine:
                 )
             elif config.lossy() or conditioning.any or any(r.latents_only for r in requests):
                 raise RenderError(f"{shape.model}: lossy settings, long videos and first frames need a pipeline "
-                                  "engine.denoise supports")
+                                  "engine.loop.denoise supports")
             else:
                 latents = pipe(
                     prompt_embeds=embeds,
@@ -205,7 +205,7 @@ class Engine:
         for k in range(chunk_plan.chunks):
             condition = chunks[-1][:, -chunk_plan.overlap:] if chunks else None
             # The picture starts the first chunk; later ones start from the chunk before (tied to its last latents,
-            # or on the pipeline image path conditioned on its last frames: engine.i2v).
+            # or on the pipeline image path conditioned on its last frames: engine.loop.i2v).
             chunk = replace(request, seed=chunk_seed(request.seed, k), condition=condition, latents_only=True,
                             image=request.image if k == 0 else None)
             (done,) = self.render(RenderBatch(shape, (chunk,)))
@@ -227,10 +227,10 @@ class Engine:
                        noise_kept=noise_kept)
 
     def _conditioning(self, info: ModelInfo, pipe, shape: Shape, requests, generators) -> Conditioning:
-        """What the batch's videos start from besides their text (engine.conditioning): a long video's chunk tied
+        """What the batch's videos start from besides their text (engine.loop.conditioning): a long video's chunk tied
         to the chunk before, a first frame, or on the pipeline image path WanImageToVideoPipeline's inputs (its
         noise, mask and picture channels, image embedding), read by the one loop as one of its steps. There a long
-        video's later chunk is conditioned through the same channels on the chunk before's last frames (engine.i2v
+        video's later chunk is conditioned through the same channels on the chunk before's last frames (engine.loop.i2v
         says why), not tied."""
         conditions = [r.condition for r in requests]
         check_images(shape, requests)

@@ -41,14 +41,14 @@ class RenderRequest:
     prompt: str
     negative_prompt: str | None
     seed: int
-    # A long video's later chunk (engine.chunks): clean latents (C, o, h, w, a torch tensor) its first o latent
+    # A long video's later chunk (engine.long.chunks): clean latents (C, o, h, w, a torch tensor) its first o latent
     # frames are tied to. None for a video or a first chunk.
     condition: Any = field(default=None, compare=False, repr=False)
     # Return the latents, not decoded frames: a chunk whose video is stitched and decoded later.
     latents_only: bool = False
     # The picture the video starts from: uint8 (H, W, 3) at the batch's width and height, already fitted
-    # (engine.images.fit_image). None for a text-only video and for a long video's later chunks, which are tied to
-    # the chunk before instead.
+    # (engine.frames.images.fit_image). None for a text-only video and for a long video's later chunks, which are tied
+    # to the chunk before instead.
     image: Any = field(default=None, compare=False, repr=False)
 
 
@@ -61,7 +61,7 @@ class RenderBatch:
 @dataclass(frozen=True)
 class RenderedVideo:
     """One video's frames (uint8, F x H x W x 3) or the reason it has none: the engine's refusal of its output
-    (engine.checks.checked), an error whose class says what the worker does with the video (engine.errors)."""
+    (engine.frames.checks.checked), an error whose class says what the worker does with the video (engine.errors)."""
 
     request: RenderRequest
     frames: np.ndarray | None
@@ -70,11 +70,11 @@ class RenderedVideo:
     stages: dict[str, float] = field(default_factory=dict)
     # For a latents_only request: its latents (C, F, h, w), float32 on the CPU; frames is None.
     latents: Any = field(default=None, compare=False, repr=False)
-    # For a stitched long video: engine.stitch.seam_score of its frames.
+    # For a stitched long video: engine.long.stitch.seam_score of its frames.
     seam_score: float | None = None
-    # For a stitched long video: engine.video_checks.seam_jump of its frames.
+    # For a stitched long video: engine.frames.video_checks.seam_jump of its frames.
     seam_jump: float | None = None
-    # How much of its initial noise its final latents kept (engine.denoise.kept: 1 when the denoiser moved nothing,
+    # How much of its initial noise its final latents kept (engine.loop.denoise.kept: 1 when the denoiser moved nothing,
     # NaN when they are not finite); a long video's, its last chunk's. None: not measured (diffusers' own loop).
     noise_kept: float | None = None
 

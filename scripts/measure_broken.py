@@ -1,4 +1,4 @@
-"""The evidence behind engine.video_checks' structure and denoised limits (docs/QUALITY.md, "Checks on every
+"""The evidence behind engine.frames.video_checks' structure and denoised limits (docs/QUALITY.md, "Checks on every
 video"): N renders of each built-in model, normal and broken as tests/engine/broken.py breaks them, from seed SEED0
 on; prints each set's range of noise_kept and structure and how many videos the checks flag or the engine fails.
 
@@ -8,13 +8,13 @@ on; prints each set's range of noise_kept and structure and how many videos the 
 import sys
 from pathlib import Path
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import Registry
-from engine.toy.world import COMBINATIONS
+from engine.frames.video_checks import check_video
+from engine.levers.config import EngineConfig
+from engine.models.registry import Registry
 from engine.types import RenderBatch, RenderRequest, Shape
-from engine.video_checks import check_video
 from tests.engine.broken import KINDS, broken
+from toyworld.world import COMBINATIONS
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""The evidence behind engine.video_checks' default limits (docs/QUALITY.md, "Checks on every video"): the checks of
-80 renders each of `toy` and `toy-fast` (every prompt of the toy world once, seeds 31000-31079: neither the quality
+"""The evidence behind engine.frames.video_checks' default limits (docs/QUALITY.md, "Checks on every video"): the checks
+of 80 renders each of `toy` and `toy-fast` (every prompt of the toy world once, seeds 31000-31079: neither the quality
 set's 7000-7079 nor training's) and of 80 videos of each kind made bad on purpose, drawn by the toy world from the
 same prompts: all black; frozen after the second frame; per-frame uniform noise; the object still where the prompt
 moves it, without and with +-4 levels of grain; and the world's own moving clips.
@@ -16,11 +16,11 @@ import time
 import numpy as np
 
 from engine.engine import Engine
-from engine.models import Registry
-from engine.toy.world import COMBINATIONS, ClipSpec, render_clip, sample_spec
+from engine.frames.video_checks import DEFAULT_THRESHOLDS, check_video
+from engine.models.registry import Registry
 from engine.types import RenderBatch, RenderRequest, Shape
-from engine.video_checks import DEFAULT_THRESHOLDS, check_video
 from jobs.settings import Settings
+from toyworld.world import COMBINATIONS, ClipSpec, render_clip, sample_spec
 
 SEED0 = 31_000
 

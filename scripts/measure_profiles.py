@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.models import builtin_models  # noqa: E402
+from engine.models.registry import builtin_models  # noqa: E402
 from jobs.cost.estimate import Estimator, VideoShape  # noqa: E402
 from jobs.cost.profiles import Profile, as_entry, load  # noqa: E402
 from jobs.db.connect import session_factory  # noqa: E402

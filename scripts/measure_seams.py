@@ -1,5 +1,5 @@
-"""The evidence behind engine.video_checks' seam_jump limit (docs/QUALITY.md, "Seams"): N long videos of each model
-(FRAMES frames, chunked as its registration says) from seed SEED0 on; prints each video's seam jump (its largest
+"""The evidence behind engine.frames.video_checks' seam_jump limit (docs/QUALITY.md, "Seams"): N long videos of each
+model (FRAMES frames, chunked as its registration says) from seed SEED0 on; prints each video's seam jump (its largest
 step across a seam over its median step) and seam score, and the range. MODEL:noised renders with the re-noised
 chunk tie instead of the registration's (on `toy` the object jumps back at every seam: the seams the check is for).
 
@@ -10,11 +10,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import Registry
-from engine.toy.world import COMBINATIONS
+from engine.levers.config import EngineConfig
+from engine.models.registry import Registry
 from engine.types import RenderRequest, Shape
+from toyworld.world import COMBINATIONS
 
 
 def main() -> None:

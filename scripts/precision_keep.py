@@ -1,4 +1,4 @@
-"""Which transformer layers an 8-bit mode keeps in float (engine.precision.KEEP), measured on the toy model: its
+"""Which transformer layers an 8-bit mode keeps in float (engine.levers.precision.KEEP), measured on the toy model: its
 quality sample set rendered at native precision (exact mode) and at each 8-bit mode with each choice of kept
 layers, and the PSNR of each to exact, with the transformer's weight bytes.
 
@@ -22,11 +22,11 @@ import time
 
 import numpy as np
 
-from engine import precision
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.metrics import psnr
-from engine.models import Registry
+from engine.frames.metrics import psnr
+from engine.levers import precision
+from engine.levers.config import EngineConfig
+from engine.models.registry import Registry
 from jobs.quality.evaluate import native_shape, render_cases
 from jobs.quality.sample import sample_set
 from jobs.settings import Settings

@@ -1,5 +1,5 @@
 """The toy model's quality gate (jobs.bench.quality, as `reelbatch bench quality --precision MODE`) at an 8-bit
-mode with other layers kept in float than engine.precision.KEEP names: which keep list lets the mode pass.
+mode with other layers kept in float than engine.levers.precision.KEEP names: which keep list lets the mode pass.
 
     PYTHONPATH=$PWD python scripts/precision_keep_gate.py MODE COUNT GROUP[+GROUP...] ...   # one JSON line each
 
@@ -14,12 +14,12 @@ import json
 import sys
 import time
 
-from engine import precision
+from engine.levers import precision
 from jobs.bench.quality import run_quality_bench
 from jobs.settings import Settings
 
 BLOCK_PARTS = ("attn1", "attn2", "ffn")
-BLOCKS = 4  # the toy transformer's (engine/toy/weights/transformer/config.json num_layers)
+BLOCKS = 4  # the toy transformer's (engine/models/toy/transformer/config.json num_layers)
 
 
 def prefixes(groups: str) -> tuple[str, ...]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from engine import precision
-from engine.loading import pipeline_class  # noqa: F401 - quiets torchao's import warnings (engine.loading)
+from engine.levers import precision
+from engine.models.loading import pipeline_class  # noqa: F401 - quiets torchao's import warnings (engine.models.loading)
 from jobs.settings import Settings
 
 ROUNDS = 3

@@ -1,5 +1,5 @@
-"""The text encoder on its own (a registration's `text_encoder_precision:`, engine.precision.text_encoder_mode): its
-weight bytes at each mode, and how far its embeddings of the gate's sample prompts move from native precision's.
+"""The text encoder on its own (a registration's `text_encoder_precision:`, engine.levers.precision.text_encoder_mode):
+its weight bytes at each mode, and how far its embeddings of the gate's sample prompts move from native precision's.
 
     PYTHONPATH=$PWD python scripts/text_encoder_precision.py [MODEL [COUNT]]   # one JSON object per line
 
@@ -16,10 +16,10 @@ import sys
 
 import torch
 
-from engine import precision
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import Registry
+from engine.levers import precision
+from engine.levers.config import EngineConfig
+from engine.models.registry import Registry
 from jobs.quality.sample import sample_set
 from jobs.settings import Settings
 

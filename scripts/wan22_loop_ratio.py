@@ -1,8 +1,8 @@
 """The engine's loop against diffusers' on Wan 2.2's two architectures at real widths and reduced depth, on this
 machine, in one process: for each model the same two videos (prompt embeddings, seeds, shape) are denoised by
-`WanPipeline.__call__(output_type="latent")`, by engine.denoise in exact mode and by engine.denoise with guidance
-batched, in turn, ROUNDS times (the order rotating each round), and the fastest and the median seconds of each are
-compared, in wall seconds and in this process's CPU seconds (both threads): on a shared machine the fastest run is
+`WanPipeline.__call__(output_type="latent")`, by engine.loop.denoise in exact mode and by engine.loop.denoise with
+guidance batched, in turn, ROUNDS times (the order rotating each round), and the fastest and the median seconds of each
+are compared, in wall seconds and in this process's CPU seconds (both threads): on a shared machine the fastest run is
 the one least slowed by others, and CPU seconds count the work done rather than the waiting (the load average is
 recorded).
 
@@ -23,9 +23,9 @@ import time
 
 import torch
 
-from engine import denoise
-from engine.bench_models import build_wan22_a14b_widths_cpu, build_wan22_ti2v_widths_cpu
-from engine.guidance import Guidance
+from engine.loop import denoise
+from engine.loop.guidance import Guidance
+from jobs.bench.models import build_wan22_a14b_widths_cpu, build_wan22_ti2v_widths_cpu
 
 # (builder, width, height, frames, steps, guidance, guidance_2): 192 tokens a video for both (3 latent frames of
 # 8x8 patches). At 4 steps the A14B's UniPC timesteps (flow shift 3) are 999, 900 (high-noise expert) and 750, 500

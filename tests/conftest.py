@@ -140,7 +140,7 @@ def quick_toy(tmp_path_factory, model_cache) -> QuickToy:
                            "--work", str(root / "work")], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    from engine.models import TOY
+    from engine.models.registry import TOY
 
     d = TOY.defaults  # registered as `toy` is: the evaluation above rendered its references at these
     models = root / "models.yaml"

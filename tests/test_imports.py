@@ -1,10 +1,10 @@
 """The packages stand in floors, each importing only from the floors below it, and no module imports itself back.
 
-Every .py file under jobs/, engine/, storage/ and migrations/ is parsed with `ast`, and every import in it counts:
-at module level, inside a function, and under `if TYPE_CHECKING:` alike (a type-only import still makes a reader
-open the other package first). There is no exception list: an import that needs one means a piece belongs on a lower
-floor (a key layout, a value type, a worker's name), and moving it there is the fix. docs/ARCHITECTURE.md's "Layout" states the
-same floors and why.
+Every .py file under faults/, jobs/, engine/, storage/, migrations/ and toyworld/ is parsed with `ast`, and every import
+in it counts: at module level, inside a function, and under `if TYPE_CHECKING:` alike (a type-only import still makes a
+reader open the other package first). There is no exception list: an import that needs one means a piece belongs on a
+lower floor (a key layout, a value type, a worker's name), and moving it there is the fix. docs/ARCHITECTURE.md's
+"Layout" states the same floors and why.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TREES = ("faults", "jobs", "engine", "storage", "migrations")
+TREES = ("faults", "jobs", "engine", "storage", "migrations", "toyworld")
 
 # Bottom to top. A package imports only from floors below its own; packages on one floor do not import each other.
 FLOORS: tuple[tuple[str, ...], ...] = (
@@ -42,7 +42,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("jobs.work",),
     # Apart from the product, above every floor of it so that none can import them: the toy world and its training
     # and distillation, quality measurement, benchmarks.
-    ("engine.toy",),
+    ("toyworld",),
     ("jobs.quality",),
     ("jobs.bench",),
     # What the product does, written once (submit, estimate, status, cancel, resume, budget, reports, teams and
@@ -60,7 +60,7 @@ FLOOR = {package: level for level, floor in enumerate(FLOORS) for package in flo
 # stands apart from it: measurement and training.
 PRODUCT = ("faults", "engine", "storage", "jobs.errors", "jobs.observe", "jobs.manifest", "jobs.db", "jobs.cost",
            "jobs.settings", "jobs.reports", "jobs.notify", "jobs.claims", "jobs.render", "jobs.work")
-APART = ("engine.toy", "jobs.quality", "jobs.bench")
+APART = ("toyworld", "jobs.quality", "jobs.bench")
 # The namespace that holds the jobs floors: its own __init__ imports nothing.
 NAMESPACES = ("jobs",)
 

@@ -35,8 +35,8 @@ import numpy as np
 import yaml
 
 from engine.engine import Engine
-from engine.metrics import psnr_frames
-from engine.models import ModelInfo, Registry
+from engine.frames.metrics import psnr_frames
+from engine.models.registry import ModelInfo, Registry
 from jobs.bench import machine
 from jobs.bench.baseline import denoise_gflop, load_baseline, measure_peak_gflops, run_baseline
 from jobs.bench.presets import Preset, prompts
@@ -271,7 +271,7 @@ def _engine_settings(settings: Settings, work: Path, preset: Preset, videos: int
 def _cold_cache(cache_dir: Path, work: Path) -> Path:
     """A cache folder with the built models and the recorded quality gates (linked) but no text embeddings, so the
     engine starts cold."""
-    from engine.gates import GATES_FILE
+    from engine.levers.gates import GATES_FILE
 
     cold = work / "cache"
     (cold / "models").mkdir(parents=True)

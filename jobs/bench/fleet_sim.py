@@ -29,7 +29,7 @@ from kombu import Consumer, Queue
 from sqlalchemy import event
 from sqlalchemy.orm import sessionmaker
 
-from engine.models import ModelDefaults, ModelInfo, Registry
+from engine.models.registry import ModelDefaults, ModelInfo, Registry
 from jobs.claims import claims, leases
 from jobs.cost.meter import Meter
 from jobs.db.connect import make_engine

@@ -1,10 +1,10 @@
 """`reelbatch bench ladder`: a load test of the worker path, level by level (batch size x worker processes).
 
 Each level is a fresh SQLite run of one shape, rendered by real worker processes: each loads the model, renders one
-untimed warm-up batch, waits for the others, then runs `jobs.render.batch.render_next_batch` (the Celery task's function,
-with its finisher) until nothing is left to claim. So every timed video is rendered warm, by workers that compete for
-claims as deployed ones do. A level holds at least LEVEL_BATCHES batches per worker and LEVEL_MIN_VIDEOS videos, so
-most of its time is steady state.
+untimed warm-up batch, waits for the others, then runs `jobs.render.batch.render_next_batch` (the Celery task's
+function, with its finisher) until nothing is left to claim. So every timed video is rendered warm, by workers that
+compete for claims as deployed ones do. A level holds at least LEVEL_BATCHES batches per worker and LEVEL_MIN_VIDEOS
+videos, so most of its time is steady state.
 
 Per level: throughput (succeeded videos per hour of the level's wall time: first claim to last stored object),
 P50/P95/P99 of each video's claim-to-stored seconds (from its row), the largest peak memory of a worker process (RSS,
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from engine.engine import Engine
-from engine.models import ModelInfo, Registry
+from engine.models.registry import ModelInfo, Registry
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.bench.compare import write_manifest
 from jobs.bench.presets import Preset, prompts

@@ -1,7 +1,8 @@
 """`reelbatch bench long`: one prompt at 1x and at N x the model's window, chunked and (where it fits) full length.
 
 Each case runs in a fresh process (spawned), so its peak memory is its own: the process loads the model, renders
-one untimed 1x video (thread pools, allocator, caches), then the case, timed REPEATS times (the fastest kept). Peak memory is the process's peak
+one untimed 1x video (thread pools, allocator, caches), then the case, timed REPEATS times (the fastest kept). Peak
+memory is the process's peak
 RSS on a CPU and torch's peak allocation on a GPU. The chunked path is the engine's chunk loop (Engine.render_long:
 the same chunks, conditioning, stitch and decode the workers run unit by unit); full length is one pass over all
 the frames, which the model was not trained for and whose attention grows with the square of the length.
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from engine.engine import Engine
-from engine.models import ModelInfo, Registry
+from engine.models.registry import ModelInfo, Registry
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.bench.presets import Preset, prompts
 from jobs.bench.sides import bench_model

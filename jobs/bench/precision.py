@@ -1,5 +1,5 @@
 """`reelbatch bench precision MODE`: one preset's videos rendered in exact mode, by the engine at native precision
-and at each asked precision (engine.precision), side by side: seconds, the transformer's weight bytes, the text
+and at each asked precision (engine.levers.precision), side by side: seconds, the transformer's weight bytes, the text
 encoder's (each mode side with `--text-encoder MODE` quantizes it as a registration's `text_encoder_precision:` does),
 peak memory and PSNR to exact mode's frames.
 
@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 
-from engine import precision
 from engine.engine import Engine
-from engine.experts import experts
-from engine.gates import UngatedSetting
-from engine.metrics import psnr
-from engine.models import Registry
+from engine.frames.metrics import psnr
+from engine.levers import precision
+from engine.levers.gates import UngatedSetting
+from engine.loop.experts import experts
+from engine.models.registry import Registry
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.bench.presets import Preset, prompts
 from jobs.bench.sides import bench_model

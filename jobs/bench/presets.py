@@ -12,7 +12,7 @@ from jobs.quality.sample import sample_set
 class Preset:
     name: str
     why: str
-    model: str  # a bench model built into the cache (engine.bench_models), or "tiny"
+    model: str  # a bench model built into the cache (jobs.bench.models), or "tiny"
     width: int
     height: int
     frames: int
@@ -28,7 +28,7 @@ class Preset:
     guidance_2: float | None = None
     # The registration reelbatch's side renders instead of `model`, at its own registered steps and guidance (the
     # baseline keeps `model` at the preset's): a bench model with a random-weight LoRA, sampler and light decoder
-    # (engine.bench_models.FAST). `reelbatch bench --model NAME` sets it for any preset.
+    # (jobs.bench.models.FAST). `reelbatch bench --model NAME` sets it for any preset.
     engine_model: str | None = None
     # x264's preset for both sides' MP4s (storage.codecs.PRESETS; x264's own default is medium).
     encoder_preset: str = "medium"

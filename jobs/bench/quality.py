@@ -1,4 +1,4 @@
-"""`reelbatch bench quality`: each lossy accelerator or precision below native (engine.precision, `--precision`)
+"""`reelbatch bench quality`: each lossy accelerator or precision below native (engine.levers.precision, `--precision`)
 against exact mode on a judgeable model, and its gate.
 
 Exact mode is the engine as configured with the lossy accelerators off (its output is what a plain diffusers call
@@ -6,7 +6,7 @@ computes, to the last bits the lossless switches may round). Every setting rende
 (jobs.quality.gate_sample: the user's manifest, a toy held-out draw, or the shipped prompts) at the same batch size
 after a warm-up; the report puts side by side its speedup in render seconds, PSNR and SSIM of its frames against
 exact mode's, and, on the toy world, prompt adherence judged from the decoded MP4s. Each setting's gate
-(engine.gates) is recorded under the cache folder: only then may a worker use it.
+(engine.levers.gates) is recorded under the cache folder: only then may a worker use it.
 
 Speed is timed in alternation (exact, setting, exact, setting) and the faster of each pair of runs kept: on a shared
 machine a one-off timing of a few seconds drifts by 30%, alternation cancels the drift.
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import gate_rules, gates
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.metrics import psnr, ssim
-from engine.models import Registry
-from engine.precision import NATIVE, PrecisionRefused, check_mode, lossy
+from engine.frames.metrics import psnr, ssim
+from engine.levers import gate_rules, gates
+from engine.levers.config import EngineConfig
+from engine.levers.precision import NATIVE, PrecisionRefused, check_mode, lossy
+from engine.models.registry import Registry
 from jobs.errors import UsageError
 from jobs.quality.gate_sample import gate_sample, judged, judged_adherence, render_sample
 from jobs.settings import Settings
@@ -56,7 +56,7 @@ class QualityBench:
 
 
 def lossy_configs(base: EngineConfig, settings: list[str], precisions: list[str] = ()) -> list[EngineConfig]:
-    """One config per setting (and per precision, each setting at each: engine.precision); a malformed one is a
+    """One config per setting (and per precision, each setting at each: engine.levers.precision); a malformed one is a
     usage error naming --setting or --precision and its value. With precisions, "" is a setting: the precision
     alone."""
     for mode in precisions:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.models import ModelInfo
+from engine.models.registry import ModelInfo
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from engine.bench_models import FAST, bench_fast_info, ensure_bench_model
-from engine.families import read_folder
-from engine.models import ModelDefaults, ModelInfo, Registry, builtin_models
-from engine.tiny import ensure_builtin
+from engine.models.families import read_folder
+from engine.models.registry import ModelDefaults, ModelInfo, Registry, builtin_models
+from engine.models.tiny import ensure_builtin
+from jobs.bench.models import FAST, bench_fast_info, ensure_bench_model
 from jobs.bench.presets import Preset
 from jobs.bench.side import SideModel
 from jobs.errors import UsageError
@@ -24,7 +24,7 @@ def bench_model(preset: Preset, cache_dir: Path) -> ModelInfo:
     if preset.model in builtin:
         return built(builtin[preset.model], cache_dir)
     path = ensure_bench_model(cache_dir, preset.model)
-    # The folder says its family, as for a registered one (engine.families): Wan 2.2's switch and size grid.
+    # The folder says its family, as for a registered one (engine.models.families): Wan 2.2's switch and size grid.
     facts = read_folder(path, f"bench model {preset.model}")
     return ModelInfo(
         name=preset.model,

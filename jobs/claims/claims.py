@@ -75,7 +75,7 @@ class ClaimedUnit:
     attempts: int
     # The checksum an earlier attempt was about to upload, if any (jobs.render.record.mark_all_uploading).
     upload_sha256: str | None = None
-    # A long video's chunk (engine.chunks): which one, of how many, sharing how many latent frames.
+    # A long video's chunk (engine.long.chunks): which one, of how many, sharing how many latent frames.
     chunk: int = 0
     chunks: int = 1
     chunk_overlap: int = 0

@@ -94,7 +94,7 @@ def side_by_side(
 @bench_app.command("precision", short_help="Precisions side by side: speed, weight bytes, peak memory, PSNR.")
 def precision(
     modes: Annotated[list[str], typer.Argument(
-        metavar="MODE", help="auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.precision).")],
+        metavar="MODE", help="auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.levers.precision).")],
     preset: PresetOption = "cpu",
     videos: Annotated[Optional[int], typer.Option("--videos", min=1, max=1000,
                                                   help="Videos per side (default: the preset's).")] = None,

@@ -31,7 +31,7 @@ def quality(
         "--setting", help="Repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, step_scale "
                           "(default: a measured list).")] = None,
     precision: Annotated[Optional[list[str]], typer.Option(
-        "--precision", help="Repeatable: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.precision): measure "
+        "--precision", help="Repeatable: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.levers.precision): measure "
                             "and record the mode's gate (with each --setting if given).")] = None,
     count: Annotated[int, typer.Option("--count", min=1, max=100_000, help="On a toy-world model: how many videos "
                                        "the held-out draw holds (a gate releases a lever on 32 or more; 1200 put "
@@ -98,7 +98,7 @@ def bench_quality(model: str, setting: list[str] | None, count: int, batch: int,
 
 def print_distilled(r: DistilledJudgement) -> None:
     g = r.gate
-    from engine.gate_rules import CLIP_MARGIN, MOTION_RATIO
+    from engine.levers.gate_rules import CLIP_MARGIN, MOTION_RATIO
 
     out.print(Text.assemble(("bench quality", "bold"),
                             f" {g.model} against its teacher {g.teacher}: {g.count} videos each ({g.sample}); "
@@ -123,7 +123,7 @@ def print_distilled(r: DistilledJudgement) -> None:
 
 
 def _verdict(g) -> str:
-    from engine.gates import MIN_SAMPLE
+    from engine.levers.gates import MIN_SAMPLE
 
     if not g.passed:
         return "FAILED: " + "; ".join(g.failures)
@@ -133,7 +133,7 @@ def _verdict(g) -> str:
 
 
 def print_quality_bench(r: QualityBench) -> None:
-    from engine.gates import MIN_SAMPLE
+    from engine.levers.gates import MIN_SAMPLE
     from jobs.bench.quality import ATTRIBUTES  # the module renders (torch); this only runs after it has
 
     s = r.shape

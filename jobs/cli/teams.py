@@ -1,6 +1,6 @@
 """`reelbatch team add|update|list` and `reelbatch token create|list|revoke`: the teams that share a fleet through the
-HTTP API (`reelbatch serve`), their shares, quotas and output roots, and their tokens. A token's secret is printed once, by
-`token create`, and stored only as its SHA-256 (jobs.db.teams)."""
+HTTP API (`reelbatch serve`), their shares, quotas and output roots, and their tokens. A token's secret is printed once,
+by `token create`, and stored only as its SHA-256 (jobs.db.teams)."""
 
 from __future__ import annotations
 

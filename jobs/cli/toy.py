@@ -32,7 +32,7 @@ QUICK_SAMPLE = 16  # the quick run's evaluation: the sample set's first 16 (ever
 @toy_app.command("train")
 def train(
     out_dir: Annotated[Path, typer.Option("--out", help="Where the trained diffusers folder goes; "
-                                          "engine/toy/weights replaces the built-in model.")] = Path("toy-model"),
+                                          "engine/models/toy replaces the built-in model.")] = Path("toy-model"),
     work: Annotated[Path, typer.Option("--work", help="Checkpoints and the loss log; rerun with the same folder to "
                                        "resume a killed run.")] = Path(".toy-train"),
     quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage, judged on "
@@ -44,8 +44,8 @@ def train(
     cores. Writes the diffusers folder, quality references and a model card (README.md) to --out."""
     import torch
 
-    from engine.toy.train import TrainConfig
-    from engine.toy.train import train as run_training
+    from toyworld.train import TrainConfig
+    from toyworld.train import train as run_training
 
     config = TrainConfig(**QUICK) if quick else TrainConfig()
     if seed is not None:
@@ -87,7 +87,7 @@ QUICK_DISTILL = dict(samples=80, continuations=16, shard=48, student_steps=12, d
 @toy_app.command("distill")
 def distill(
     out_dir: Annotated[Path, typer.Option("--out", help="Where the adapter, light decoder and card go; "
-                                          "engine/toy/weights-fast replaces the built-in toy-fast.")] = Path(
+                                          "engine/models/toy-fast replaces the built-in toy-fast.")] = Path(
         "toy-fast-model"),
     work: Annotated[Path, typer.Option("--work", help="Teacher samples, checkpoints and the loss log; rerun with the "
                                        "same folder to resume a killed run.")] = Path(".toy-distill"),
@@ -100,9 +100,9 @@ def distill(
     them and a model card (README.md) to --out."""
     import torch
 
-    from engine.models import TOY_WEIGHTS
-    from engine.toy.distill import DistillConfig
-    from engine.toy.distill import distill as run_distill
+    from engine.models.registry import TOY_WEIGHTS
+    from toyworld.distill import DistillConfig
+    from toyworld.distill import distill as run_distill
 
     config = DistillConfig(**QUICK_DISTILL) if quick else DistillConfig()
     if seed is not None:
@@ -126,8 +126,8 @@ def distill(
               f"saved to {out_dir}")
     if not evaluate:
         return
-    from engine.toy.distill_card import write_card
     from jobs.quality.distilled import evaluate_distilled
+    from toyworld.distill_card import write_card
 
     evaluation_started = time.monotonic()
     try:
@@ -150,7 +150,7 @@ QUICK_FIRST_FRAME = dict(steps=6, clips=64, warmup=2, log_every=3, checkpoint_ev
 @toy_app.command("first-frame")
 def first_frame(
     out_dir: Annotated[Path, typer.Option("--out", help="Where the fine-tuned transformer and the card go; "
-                                          "engine/toy/weights-i2v is the built-in toy-i2v.")] = Path("toy-i2v"),
+                                          "engine/models/toy-i2v is the built-in toy-i2v.")] = Path("toy-i2v"),
     work: Annotated[Path, typer.Option("--work", help="Checkpoints and the loss log; rerun with the same folder to "
                                        "resume a killed run.")] = Path(".toy-i2v"),
     base: Annotated[Optional[Path], typer.Option("--base", help="The toy model to start from (default: the "
@@ -162,8 +162,8 @@ def first_frame(
     minutes on 2 busy cores. Writes the transformer and a model card (README.md) to --out."""
     import torch
 
-    from engine.models import TOY_WEIGHTS
-    from engine.toy.train_first_frame import FirstFrameConfig, train_first_frame
+    from engine.models.registry import TOY_WEIGHTS
+    from toyworld.train_first_frame import FirstFrameConfig, train_first_frame
 
     base = base or TOY_WEIGHTS
     if not (base / "model_index.json").is_file():

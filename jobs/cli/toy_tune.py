@@ -1,5 +1,5 @@
 """`reelbatch toy tune-decoder`: a distilled toy-world registration's light decoder fine-tuned toward its teacher's
-colours (engine.toy.tune_decoder), saved, then judged against the teacher on a held-out draw (its gate recorded)."""
+colours (toyworld.tune_decoder), saved, then judged against the teacher on a held-out draw (its gate recorded)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def tune_decoder(
     model: Annotated[str, typer.Option("--model", help="A distilled registration with a light decoder, trained "
                                        "on the toy world.")] = "toy-fast",
     out_dir: Annotated[Path, typer.Option("--out", help="Where the tuned decoder folder goes; "
-                                          "engine/toy/weights-fast/decoder replaces toy-fast's.")] = Path(
+                                          "engine/models/toy-fast/decoder replaces toy-fast's.")] = Path(
         "toy-fast-decoder"),
     steps: Annotated[int, typer.Option("--steps", min=1, max=100_000, help="Fine-tuning steps.")] = 1000,
     pairs: Annotated[int, typer.Option("--pairs", min=16, max=100_000, help="Teacher/student latent pairs "
@@ -32,9 +32,9 @@ def tune_decoder(
     """Fine-tune a distilled model's light decoder so its colours and backgrounds match its teacher's: the
     distillation's decoder loss with its colour term, on the student's and the teacher's latents from the same
     noise. Minutes on a CPU for toy-fast."""
-    from engine import light_decoder
+    from engine.adapters import light_decoder
     from engine.engine import Engine
-    from engine.toy.tune_decoder import TuneConfig, tune
+    from toyworld.tune_decoder import TuneConfig, tune
 
     try:
         settings = Settings.from_env()

@@ -58,7 +58,7 @@ class Run(Timestamps, Base):
     # The team that owns it (jobs.db.teams): only that team's tokens see or touch it over HTTP. None: the default
     # team (a run recorded before teams existed, or by code that names none).
     team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id"), index=True)
-    # What a video whose checks fail (engine.video_checks) becomes: "flag" (stored and marked), "retry" (rendered
+    # What a video whose checks fail (engine.frames.video_checks) becomes: "flag" (stored and marked), "retry" (rendered
     # again once with the next seed) or "fail" (jobs.render.checks).
     checks_on_fail: Mapped[str] = mapped_column(String(8), default="flag", server_default="flag")
 
@@ -110,7 +110,7 @@ class Video(Timestamps, Base):
     # finds this checksum on the object at the video's key and adopts that object instead of failing on a conflict.
     upload_sha256: Mapped[str | None] = mapped_column(String(64))
     # A long video is rendered as `chunks` window-sized work units sharing `chunk_overlap` latent frames
-    # (engine.chunks); its seam score is stored once stitched, and a score above the review threshold flags it.
+    # (engine.long.chunks); its seam score is stored once stitched, and a score above the review threshold flags it.
     chunks: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     chunk_overlap: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     seam_score: Mapped[float | None] = mapped_column(Float)
@@ -120,7 +120,7 @@ class Video(Timestamps, Base):
     image_uri: Mapped[str | None] = mapped_column(Text)
     image_sha256: Mapped[str | None] = mapped_column(String(64))
     image_fit: Mapped[str | None] = mapped_column(String(8))
-    # Its checks after its render (engine.video_checks, as JSON text: jobs.render.checks.checks_json), an earlier
+    # Its checks after its render (engine.frames.video_checks, as JSON text: jobs.render.checks.checks_json), an earlier
     # attempt's among them when a failed check retried it; `flagged` when the stored video failed one.
     checks: Mapped[str | None] = mapped_column(Text)
     flagged: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
@@ -220,7 +220,7 @@ class CostRecord(Timestamps, Base):
     rate_source: Mapped[str] = mapped_column(Text)
     # Money as integer micro-dollars: exact sums, no float drift, no Decimal warnings on SQLite.
     amount_micro_usd: Mapped[int] = mapped_column(BigInteger)
-    # A render's charge ("gpu"): the precision it rendered at (engine.precision: fp32, bf16, int8, ...); None on
+    # A render's charge ("gpu"): the precision it rendered at (engine.levers.precision: fp32, bf16, int8, ...); None on
     # other charges and on records older than the column.
     precision: Mapped[str | None] = mapped_column(String(16))
 

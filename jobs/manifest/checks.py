@@ -1,4 +1,4 @@
-"""A run's `checks` in a manifest: what a video whose checks fail (engine.video_checks) becomes, from the file's
+"""A run's `checks` in a manifest: what a video whose checks fail (engine.frames.video_checks) becomes, from the file's
 `checks: {on_fail: flag|retry|fail}` or from `--set checks.on_fail=VALUE`.
 
 - flag (the default): the video is stored and marked flagged, with its checks;

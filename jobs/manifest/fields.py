@@ -12,8 +12,8 @@ import unicodedata
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
-from engine.images import FITS
-from engine.models import MAX_CHUNKS, ModelInfo
+from engine.frames.images import FITS
+from engine.models.registry import MAX_CHUNKS, ModelInfo
 from jobs.manifest.scalars import is_number
 from jobs.manifest.urls import BadUrl, check_allowed
 from jobs.manifest.values import FieldError, got, shown
@@ -165,7 +165,7 @@ def check_deadline(value: object, text: str | None) -> datetime | timedelta:
         raise FieldError(f"needs a time of day and its time zone: add Z for UTC (such as 2026-12-02T08:00:00Z), got {shown(raw)}")
     return moment.astimezone(timezone.utc)
 def check_fit(value: object, text: str | None) -> str:
-    """How an image of another aspect ratio meets the video's size (engine.images.fit_image)."""
+    """How an image of another aspect ratio meets the video's size (engine.frames.images.fit_image)."""
     s = _string(value, text)
     if s not in FITS:
         raise FieldError(f"must be one of {', '.join(FITS)}, got {shown(s)}")
@@ -267,7 +267,7 @@ def check_resolution(value: object, text: str | None, multiple: int) -> tuple[in
 
 def plan_frames(model: ModelInfo, duration_s: float, fps: int) -> int:
     """The frame count the model renders for a requested duration: nearest whole frame, then the model's grid.
-    Beyond the model's window the video is rendered in chunks (engine.chunks), up to MAX_CHUNKS of them."""
+    Beyond the model's window the video is rendered in chunks (engine.long.chunks), up to MAX_CHUNKS of them."""
     # Half-up, like ModelInfo.valid_frames, not Python's round-half-even.
     frames = model.valid_frames(math.floor(duration_s * fps + 0.5))
     plan = model.chunk_plan(frames)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from engine.images import MAX_IMAGE_BYTES, ImageError, decode_image
-from engine.models import ModelInfo
+from engine.frames.images import MAX_IMAGE_BYTES, ImageError, decode_image
+from engine.models.registry import ModelInfo
 from jobs.errors import UsageError
 from jobs.manifest.specs import VideoSpec
 from jobs.manifest.values import FieldError, Map, shown

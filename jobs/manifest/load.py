@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
-from engine.models import Registry
+from engine.models.registry import Registry
 from jobs.errors import UsageError
 from jobs.manifest.checks import DEFAULT_ON_FAIL, pick_on_fail
 from jobs.manifest.fields import (

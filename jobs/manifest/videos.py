@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from engine.models import ModelInfo
+from engine.models.registry import ModelInfo
 from jobs.manifest.fields import OPTION_RUN_FIELDS, SET_RUN_FIELDS, VIDEO_FIELDS, plan_frames
 from jobs.manifest.specs import VideoSpec
 from jobs.manifest.values import INVALID, FieldError, Item, Map, shown

@@ -11,10 +11,7 @@ import numpy as np
 import torch
 
 from engine.engine import Engine
-from engine.models import TINY, TOY, Registry
-from engine.toy.judge import score
-from engine.toy.plumbing import to_model_space
-from engine.toy.world import parse_prompt, render_clip, sample_spec
+from engine.models.registry import TINY, TOY, Registry
 from jobs.quality.evaluate import (
     REFERENCES,
     QualityReport,
@@ -26,6 +23,9 @@ from jobs.quality.evaluate import (
 )
 from jobs.quality.sample import SAMPLE_SIZE, sample_set
 from jobs.settings import Settings
+from toyworld.judge import score
+from toyworld.plumbing import to_model_space
+from toyworld.world import parse_prompt, render_clip, sample_spec
 
 
 @dataclass
@@ -88,12 +88,12 @@ def write_card(path: Path, *, config, progress, results: ToyResults, machine: st
 
 A text-to-video model of diffusers' Wan architecture (`WanPipeline`: `AutoencoderKLWan`, `WanTransformer3DModel`, a
 UMT5 text encoder, `FlowMatchEulerDiscreteScheduler`), trained from scratch on this project's procedural toy world
-(`engine/toy/world.py`): prompts like "a red circle moving left on a black background", 80 in all. It exists so
+(`toyworld/world.py`): prompts like "a red circle moving left on a black background", 80 in all. It exists so
 that renders can be judged (`reelbatch quality`); it knows nothing outside that grammar.
 
 Written by `reelbatch toy train` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d}. Reproduce with:
 
-    reelbatch toy train --out engine/toy/weights --work .toy-train
+    reelbatch toy train --out engine/models/toy --work .toy-train
 
 ## Architecture
 
@@ -120,9 +120,9 @@ Settings:
 
 ## Evaluation
 
-{q.count} prompt/seed pairs (the first {q.count} of `jobs/quality/sample.py`'s sample set, whose 80 hold each prompt once
-and any 16 in a row every attribute value), judged from pixels after
-H.264 encoding and decoding (`engine/toy/judge.py`). "VAE" is the autoencoder's reconstruction of clips drawn by the
+{q.count} prompt/seed pairs (the first {q.count} of `jobs/quality/sample.py`'s sample set, whose 80 hold each prompt
+once and any 16 in a row every attribute value), judged from pixels after
+H.264 encoding and decoding (`toyworld/judge.py`). "VAE" is the autoencoder's reconstruction of clips drawn by the
 world; "generated" is the full pipeline from the prompt, at the native shape above.
 
 | attribute | VAE | generated | target |

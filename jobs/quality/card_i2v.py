@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.engine import Engine
-from engine.models import TOY, TOY_I2V, TOY_WEIGHTS, Registry
+from engine.models.registry import TOY, TOY_I2V, TOY_WEIGHTS, Registry
 from jobs.quality.evaluate import QualityReport, evaluate, native_shape
 from jobs.quality.images import IMAGE_SAMPLE_SIZE, ImageQualityReport, evaluate_images, image_set
 from jobs.quality.sample import SAMPLE_SIZE, sample_set
@@ -54,7 +54,7 @@ def write_i2v_card(path: Path, *, config, progress, results: I2VResults, machine
     a, b, s = after.first_frame, before.first_frame, after.shape
     body = f"""# Model card: `toy-i2v`
 
-`toy` (its card: `engine/toy/weights/README.md`) with its transformer fine-tuned to start a video from a given
+`toy` (its card: `engine/models/toy/README.md`) with its transformer fine-tuned to start a video from a given
 picture: a picture of the toy world (one circle or square of a palette colour on black or gray) and a prompt of
 the toy grammar whose colour, shape and background are the picture's. The picture, VAE-encoded, is the video's first
 latent frame, held clean with timestep 0 on its tokens (`image_condition: first_frame`, as Wan 2.2 TI2V
@@ -63,11 +63,11 @@ here; the VAE, text encoder, tokenizer and scheduler are `toy`'s, loaded from it
 
 Written by `reelbatch toy first-frame` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d}. Reproduce with:
 
-    reelbatch toy first-frame --out engine/toy/weights-i2v --work .toy-i2v
+    reelbatch toy first-frame --out engine/models/toy-i2v --work .toy-i2v
 
 ## Training
 
-From `toy`'s weights, one stage (`engine/toy/train_first_frame.py`): each batch mixes windows whose first latent
+From `toy`'s weights, one stage (`toyworld/train_first_frame.py`): each batch mixes windows whose first latent
 is clean (a first frame), windows continuing a clean 2-latent prefix (long videos' chunks, as `toy`'s stage 5) and
 plain windows (prompts alone). On {machine}: {minutes:.1f} minutes (encoding its clips included), last smoothed
 loss {loss:.4f}; then {evaluation_s / 60:.1f} minutes for the evaluation below.
@@ -80,7 +80,7 @@ Settings:
 {after.count} image/prompt/seed triples (`jobs/quality/images.py`: the quality set's prompts, each picture the first
 frame of a world clip drawn with the prompt's colour, shape and background at a seeded size and position), rendered
 at {s['width']}x{s['height']}, {s['frames']} frames, {s['steps']} steps, guidance {s['guidance']:g}, and judged
-from pixels after H.264 encoding and decoding (`engine/toy/judge.py`). "kept" is colour, shape and direction at once.
+from pixels after H.264 encoding and decoding (`toyworld/judge.py`). "kept" is colour, shape and direction at once.
 "toy" is the shipped `toy` taking the same pictures through the same path, before this fine-tune.
 
 | attribute | toy | toy-i2v | target |

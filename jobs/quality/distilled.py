@@ -1,7 +1,7 @@
 """A distilled registration judged against its teacher: `reelbatch bench quality --model NAME` (its gate) and the
 evaluation `reelbatch toy distill` ends with (its gate, long videos and card figures).
 
-engine.toy.distill_report renders and judges; this module chooses what it judges (the quality set, long videos'
+toyworld.distill_report renders and judges; this module chooses what it judges (the quality set, long videos'
 prompts and seeds) and how a viewer sees it (the MP4 round trip), so the engine needs neither the job system nor
 the encoder.
 """
@@ -15,17 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import gate_rules, gates
-from engine.clip_score import ClipScorer
 from engine.engine import Engine
-from engine.models import Registry
-from engine.toy.distill_report import FastResults, evaluate, judge_against_teacher, render, with_folder
-from engine.toy.world import COMBINATIONS
+from engine.frames.clip_score import ClipScorer
+from engine.levers import gate_rules, gates
+from engine.models.registry import Registry
 from jobs.errors import UsageError
 from jobs.quality.evaluate import REFERENCES, native_shape, round_trip, save_references
 from jobs.quality.gate_sample import TOY_HELD_OUT, GateSample, gate_sample, judged_adherence, render_sample
 from jobs.quality.sample import GATE_SAMPLE_SIZE, held_out_set, new_entropy, sample_set
 from jobs.settings import Settings
+from toyworld.distill_report import FastResults, evaluate, judge_against_teacher, render, with_folder
+from toyworld.world import COMBINATIONS
 
 # Long videos judged after `toy distill`: sixteen 4 s videos, prompts 5i of the 80 (every colour, and every shape,
 # direction and background pairing once), seeds outside the quality set's 7000-7079 and the held-out range.
@@ -114,7 +114,7 @@ def evaluate_distilled(settings: Settings, folder: Path, *, quick: bool = False)
 
 def judge_decoder(settings: Settings, model: str, decoder: Path, *, count: int, entropy: int | None = None):
     """`model` with its light decoder read from `decoder` (`reelbatch toy tune-decoder`'s output) judged against its
-    teacher on a held-out draw of `count` pairs, its distilled gate recorded for those files (engine.toy.
+    teacher on a held-out draw of `count` pairs, its distilled gate recorded for those files (toyworld.
     distill_report.judge_against_teacher). Returns the gate."""
     registry = settings.registry()
     info = registry.get(model)

@@ -1,7 +1,7 @@
 """`reelbatch quality`: render a fixed sample set of toy-world prompts and judge what a viewer would get.
 
 Each video goes through the real engine (same-shape batches, per-video seeds), is encoded to MP4 and decoded back,
-and is then judged from its pixels (engine.toy.judge). The raw frames are also compared with reference renders kept
+and is then judged from its pixels (toyworld.judge). The raw frames are also compared with reference renders kept
 in the model's folder (`references.npz`), so any engine change that alters output shows up as a PSNR/SSIM drop:
 the exact engine reproduces them at >= 40 dB, and a lossy accelerator is measured by how far it falls.
 """
@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from engine.engine import Engine
-from engine.metrics import psnr, ssim
-from engine.models import ModelInfo, Registry
-from engine.toy.judge import score
+from engine.frames.metrics import psnr, ssim
+from engine.models.registry import ModelInfo, Registry
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.errors import UsageError
 from jobs.manifest.fields import plan_frames
 from jobs.quality.sample import Case, sample_set
 from jobs.settings import Settings
 from storage.encode import decode_frames, encode_mp4
+from toyworld.judge import score
 
 REFERENCES = "references.npz"
 # Adherence targets after the MP4 round trip (issue 4); shape is the hard one: a circle and a square differ only
@@ -41,7 +41,7 @@ def native_shape(registry: Registry, model: str, *, steps: int | None = None,
                  guidance: float | None = None) -> tuple[Shape, int]:
     """The shape and fps a manifest that sets nothing gets from `model`, with steps and guidance overridable."""
     if model not in registry:
-        hint = "; `toy` appears once trained: reelbatch toy train --out engine/toy/weights" if model == "toy" else ""
+        hint = "; `toy` appears once trained: reelbatch toy train --out engine/models/toy" if model == "toy" else ""
         raise UsageError(f"--model: {model!r} is not registered (registered: {', '.join(registry.names())}){hint}")
     info = registry.get(model)
     d = info.defaults
@@ -173,8 +173,8 @@ def gated_engine(settings: Settings, registry: Registry, model: str, *, named_by
     refuse: a distilled registration whose gate against its teacher has not passed is a usage error starting with
     `named_by` (where the model was named; default `--model NAME`), a lossy setting without its gate one naming the
     variables; either says which gate and the command that measures it."""
-    from engine.gates import DISTILLED, UngatedSetting
-    from engine.precision import PrecisionRefused
+    from engine.levers.gates import DISTILLED, UngatedSetting
+    from engine.levers.precision import PrecisionRefused
 
     engine = Engine(settings.engine_config(), registry)
     try:
@@ -205,11 +205,11 @@ def check_precisions(settings: Settings, registry: Registry, models: tuple[str, 
                      device_facts: tuple[str, tuple[int, int] | None] | None = None) -> None:
     """Refuse, before a worker claims anything, a served model's precision this device cannot run (fp8 without FP8
     units) or one below native without its passing gate: a usage error naming where the precision was set, the
-    registration and the mode. `device_facts` (engine.precision.device_facts): read without initialising CUDA when
-    not given, as a prefork worker's parent must not."""
-    from engine.gates import UngatedSetting
-    from engine.precision import PrecisionRefused
-    from engine.precision import device_facts as read_facts
+    registration and the mode. `device_facts` (engine.levers.precision.device_facts): read without initialising CUDA
+    when not given, as a prefork worker's parent must not."""
+    from engine.levers.gates import UngatedSetting
+    from engine.levers.precision import PrecisionRefused
+    from engine.levers.precision import device_facts as read_facts
 
     config = settings.engine_config()
     if config.precision == "auto" and all(registry.get(m).precision in (None, "auto")
@@ -230,8 +230,8 @@ def check_submitted_precision(settings: Settings, registry: Registry, model: str
     """At submit, where the workers' device is unknown: refuse a precision below native on every device (fp16 and
     the 8-bit modes) that has no passing gate for the model. A worker checks the rest (fp8's FP8 units, bf16 on a
     CPU) when it starts."""
-    from engine.gates import UngatedSetting
-    from engine.precision import lossy, mode_for, text_encoder_mode
+    from engine.levers.gates import UngatedSetting
+    from engine.levers.precision import lossy, mode_for, text_encoder_mode
 
     config = settings.engine_config()
     text = text_encoder_mode(config.text_encoder_precision, registry.get(model).text_encoder_precision)

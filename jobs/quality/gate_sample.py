@@ -8,7 +8,7 @@
 - Any other model renders the shipped set, PROMPTS (36 prompts of people, animals, landscapes, cities, objects,
   close-ups and styles, fixed seeds) at the registration's defaults.
 
-The toy judge (engine.toy.judge) reads prompt adherence only where the model and every prompt are the toy world's
+The toy judge (toyworld.judge) reads prompt adherence only where the model and every prompt are the toy world's
 (a toy-world model given a manifest of other prompts is judged on fidelity alone); elsewhere a
 gate asks fidelity (same-trajectory levers) or reference-free measures and a CLIP score (distilled ones).
 """
@@ -18,14 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.models import TOY_WEIGHTS, ModelInfo, Registry
-from engine.toy.world import parse_prompt
+from engine.models.registry import TOY_WEIGHTS, ModelInfo, Registry
 from engine.types import Shape
 from jobs.errors import UsageError
 from jobs.manifest import load_manifest
 from jobs.manifest.specs import derive_seed
 from jobs.quality.evaluate import native_shape, render_cases, round_trip
 from jobs.quality.sample import Case, held_out_set, new_entropy
+from toyworld.world import parse_prompt
 
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 TOY_HELD_OUT, SHIPPED = "toy held-out draw", "shipped prompts"
@@ -122,7 +122,7 @@ def judged(sample: GateSample, videos: list) -> tuple[dict[str, float], list[boo
     prompts)."""
     if not sample.judged:
         return {}, []
-    from engine.toy.judge import score
+    from toyworld.judge import score
 
     scores = score((item.case.prompt, round_trip(video, item.fps)) for item, video in zip(sample.items, videos))
     return ({name: getattr(scores, name)

@@ -20,17 +20,17 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from engine.decode import decode_latents
 from engine.engine import Engine
-from engine.first_frame import first_frame_latents
-from engine.metrics import psnr
-from engine.toy.judge import judge_clip
-from engine.toy.world import parse_prompt, render_clip, sample_spec
+from engine.frames.decode import decode_latents
+from engine.frames.metrics import psnr
+from engine.loop.first_frame import first_frame_latents
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.errors import UsageError
 from jobs.quality.evaluate import native_shape, round_trip
 from jobs.quality.sample import sample_set
 from jobs.settings import Settings
+from toyworld.judge import judge_clip
+from toyworld.world import parse_prompt, render_clip, sample_spec
 
 IMAGE_SAMPLE_SIZE = 80
 IMAGE_SEED_BASE = 9000

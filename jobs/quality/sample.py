@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.toy.world import BACKGROUNDS, COLOURS, DIRECTIONS, SHAPES
+from toyworld.world import BACKGROUNDS, COLOURS, DIRECTIONS, SHAPES
 
 SAMPLE_SIZE = 80
 SEED_BASE = 7000
-# Held-out seeds: [2^32, 2^40). Training draws from [10^6, 2^31) (engine.toy.world.dataset via the train and distill
+# Held-out seeds: [2^32, 2^40). Training draws from [10^6, 2^31) (toyworld.world.dataset via the train and distill
 # configs), the quality set is 7000-7079, the long-video and validation sets 9000-9239, the judge's hand-labelled clips
 # 3,000,000,000-3,000,000,079 (tests/fixtures/judge_labels.json): none reaches 2^32.
 HELD_OUT_SEEDS = (2**32, 2**40)

@@ -1,4 +1,5 @@
-"""Every rendered video checked (engine.video_checks) before it becomes an MP4, and what a failed check does, as its
+"""Every rendered video checked (engine.frames.video_checks) before it becomes an MP4, and what a failed check does, as
+its
 run's `checks.on_fail` says (jobs.manifest.checks):
 
 - flag: the video is stored as usual, its checks with it, and marked flagged;
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from engine.frames.video_checks import Thresholds, check_video
 from engine.types import RenderedVideo
-from engine.video_checks import Thresholds, check_video
 from jobs.claims.claims import ClaimedUnit
 from jobs.claims.leases import fenced, retry_or_fail
 from jobs.cost.meter import Meter

@@ -1,4 +1,4 @@
-"""A long video's chunks in the job path (engine.chunks plans them, Engine.finish_long joins them): each chunk's
+"""A long video's chunks in the job path (engine.long.chunks plans them, Engine.finish_long joins them): each chunk's
 request, its latents checkpointed in the store between chunks, the stitch and decode with the last chunk, and the
 checkpoints' removal once the video succeeded. jobs.render.store calls these with the video's store.
 """
@@ -13,8 +13,8 @@ from dataclasses import replace
 import safetensors.torch
 import torch
 
-from engine.chunks import ChunkPlan, chunk_seed
 from engine.engine import Engine
+from engine.long.chunks import ChunkPlan, chunk_seed
 from engine.types import RenderedVideo, RenderRequest, Shape
 from jobs.claims.claims import ClaimedUnit
 from jobs.db.queries import Factory
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 def chunk_request(factory: Factory, store: Store, request: RenderRequest, unit: ClaimedUnit) -> RenderRequest:
-    """A long video's chunk asks for its latents, draws its own noise (engine.chunks.chunk_seed), and after the
+    """A long video's chunk asks for its latents, draws its own noise (engine.long.chunks.chunk_seed), and after the
     first, is tied to the end of the chunk before it (read back from that chunk's checkpoint in the store)."""
     if not unit.chunked:
         return request

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.images import MAX_IMAGE_BYTES, ImageError, decode_image, fit_image
+from engine.frames.images import MAX_IMAGE_BYTES, ImageError, decode_image, fit_image
 from engine.types import RenderRequest, Shape
 from jobs.claims.claims import ClaimedUnit
 from storage.inputs import read_input

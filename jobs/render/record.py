@@ -33,13 +33,13 @@ class VideoOutput:
     encode_s: float
     upload_s: float
     stages: dict[str, float] = field(default_factory=dict)  # the render's text/denoise/decode share
-    seam_score: float | None = None  # a long video's (engine.stitch.seam_score)
+    seam_score: float | None = None  # a long video's (engine.long.stitch.seam_score)
     needs_review: bool = False
     # The worker seconds to charge: the render share plus the storing seconds no render covered (jobs.cost.meter).
     # None: all of render, encode and upload (nothing overlapped).
     charged: float | None = None
     poster_uri: str | None = None  # None: no poster could be stored (jobs.render.posters)
-    precision: str | None = None  # what it rendered at (engine.precision), recorded on its "gpu" charge
+    precision: str | None = None  # what it rendered at (engine.levers.precision), recorded on its "gpu" charge
     # Its checks (jobs.render.checks: JSON text, whether they flag it, their seconds); None: not checked (adopted).
     checks: str | None = None
     flagged: bool = False

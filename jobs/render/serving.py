@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from engine.engine import Engine
-from engine.gates import UngatedSetting
+from engine.levers.gates import UngatedSetting
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.claims.claims import Serving, waiting_shapes
 from jobs.db.queries import Factory
@@ -29,7 +29,7 @@ def batch_time_limit(settings: Settings, shape: Shape, videos: int) -> float:
 
 def gated_models(engine: Engine, models: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Of `models`, those `engine` may render (every lever it would use on each, and a distilled registration
-    itself, has a passing gate: engine.gates) and those it may not. A worker claims only the first; its session
+    itself, has a passing gate: engine.levers.gates) and those it may not. A worker claims only the first; its session
     records the second, so `reelbatch status` can say why their work waits. Asked at each claim, so a gate recorded
     while the worker runs lets it take that model's work."""
     ok, ungated = [], []

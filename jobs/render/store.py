@@ -86,7 +86,7 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
         attempts = _attempt_all(factory, engine, claim, todo, rendered, settings, meter.clock)
     own_total = sum(seconds for _, seconds in attempts)
     stored: list[tuple[ClaimedUnit, VideoOutput]] = []  # recorded together after the loop, in one transaction
-    rendered_at = engine.pipelines.precision(claim.batch.shape.model)  # on each render's charge (engine.precision)
+    rendered_at = engine.pipelines.precision(claim.batch.shape.model)  # on each render's charge (engine.levers.precision)
     for unit, video, (outcome, seconds) in zip(todo, rendered, attempts):
         spent = render_share + (span.seconds * seconds / own_total if own_total > 0 else 0.0)
         match outcome:
@@ -168,7 +168,7 @@ def _prepare(factory: Factory, engine: Engine, claim: Claim, unit: ClaimedUnit,
             except Exception as exc:  # noqa: BLE001 - a checkpoint unreadable for now: the last chunk is retried
                 log.warning("stitching %s failed: %s", unit.key, exc)
                 return Retry(error_text(exc))
-        if video.error is not None:  # the engine refused its frames (engine.checks.checked)
+        if video.error is not None:  # the engine refused its frames (engine.frames.checks.checked)
             return _failed(unit, video.error)
         checked = check(factory, unit, video, engine.registry.get(claim.batch.shape.model).checks)
         if isinstance(checked, ChecksFailed):

@@ -5,8 +5,8 @@ at three levels, from what a finished run measured.
   renders, plus encode and upload, as its cost record charges). A theoretical ceiling: no fleet runs at it.
 - sustainable: the ceiling times the utilisation the run measured, capped at MAX_UTILISATION: past 70-80% queueing
   latency climbs steeply. Measured from the cost ledger where the run's workers had sessions (seconds charged over
-  seconds up, model loading and waiting included: jobs.cost.ledger); otherwise busy GPU seconds over the active span times
-  the GPUs that rendered it.
+  seconds up, model loading and waiting included: jobs.cost.ledger); otherwise busy GPU seconds over the active span
+  times the GPUs that rendered it.
 - budget: the sustainable level after the run's retry rate (retried renders over all renders, a long video's chunks
   each one render and none of them a retry: the first two levels already pay for retries in seconds, but they also
   take queue slots) and a headroom setting, for planning.

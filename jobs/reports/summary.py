@@ -1,9 +1,9 @@
 """A run's report as plain data: what `report --json` prints and jobs.reports.text lays out for people.
 
 Denominators count successful videos only (a failed video's cost stays in the total). Idle worker time is the run's
-share of its workers' sessions (jobs.cost.ledger.run_ledger), shown on its own and included in the cost per video. Throughput is over the run's
-active span: first claim to last stored video. Queue wait is submission to first claim; render latency is first claim
-to stored object (a long video's spans all its chunks).
+share of its workers' sessions (jobs.cost.ledger.run_ledger), shown on its own and included in the cost per video.
+Throughput is over the run's active span: first claim to last stored video. Queue wait is submission to first claim;
+render latency is first claim to stored object (a long video's spans all its chunks).
 
 The figures come from jobs.reports.figures (Python over the rows) or jobs.reports.postgres (PostgreSQL over them);
 everything here is the same for both.

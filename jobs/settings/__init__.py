@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from engine.config import EngineConfig
 from engine.errors import ModelNotFound
-from engine.models import Registry
-from engine.models_file import load_registry
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
+from engine.models.registry import Registry
 from jobs.cost.prices import Price, Rate, StoragePrice
 from jobs.errors import UsageError
 from jobs.manifest.policy import ManifestPolicy

@@ -1,6 +1,6 @@
-"""The settings' groups, one per part of the service they configure. The engine's group is engine.config.EngineConfig
-itself, the manifest's is jobs.manifest.policy.ManifestPolicy and the prices are jobs.cost.prices' own values: each
-part is handed the value it reads, never a copy made by matching field names."""
+"""The settings' groups, one per part of the service they configure. The engine's group is
+engine.levers.config.EngineConfig itself, the manifest's is jobs.manifest.policy.ManifestPolicy and the prices are
+jobs.cost.prices' own values: each part is handed the value it reads, never a copy made by matching field names."""
 
 from __future__ import annotations
 

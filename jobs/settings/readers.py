@@ -6,7 +6,7 @@ import math
 import re
 from pathlib import Path
 
-from engine.models import MODEL_NAME
+from engine.models.registry import MODEL_NAME
 from jobs.manifest.outputs import canonical_output
 from jobs.manifest.urls import BadUrl, allowed_prefixes
 from jobs.manifest.values import FieldError, shown

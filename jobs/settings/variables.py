@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.precision import MODES, check_mode
+from engine.levers.precision import MODES, check_mode
 from jobs.errors import UsageError
 from jobs.settings.readers import (
     BadValue,
@@ -64,7 +64,7 @@ class Variable:
 
 
 def precision_mode(raw: str) -> str:
-    """engine.precision's modes (the models file's `precision:` takes the same)."""
+    """engine.levers.precision's modes (the models file's `precision:` takes the same)."""
     try:
         return check_mode(raw.strip())
     except ValueError:
@@ -99,7 +99,7 @@ VARIABLES: tuple[Variable, ...] = (
       "`Reelbatch-Signature` header with it. Never printed", secret=True),
     V("REELBATCH_WEBHOOK_BACKOFF_S", "webhooks.backoff_s", positive, 30.0, "30",
       "a failed webhook delivery's first retry waits this long, doubling per attempt up to an hour, for 24 hours"),
-    # The engine (engine: engine.config.EngineConfig).
+    # The engine (engine: engine.levers.config.EngineConfig).
     V("REELBATCH_CACHE_DIR", "engine.cache_dir", path, lambda: Path.home() / ".cache" / "reelbatch",
       "`~/.cache/reelbatch`",
       "built models, text embeddings, compile caches and quality gates"),

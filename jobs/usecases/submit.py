@@ -71,7 +71,7 @@ def check_gates(settings: Settings, spec: RunSpec, named_by: str, embedded: bool
     this process's settings, so this device's precision is checked too."""
     registration = settings.registry().get(spec.model)
     precision = registration.precision or settings.engine.precision
-    text_precision = registration.text_encoder_precision  # engine.precision.text_encoder_mode
+    text_precision = registration.text_encoder_precision  # engine.levers.precision.text_encoder_mode
     if (settings.engine_config().lossy() or registration.teacher
             or (embedded and (precision != "auto" or text_precision is not None))):
         from jobs.quality.evaluate import gated_engine  # here, not at the top: torch only when a gate is checked

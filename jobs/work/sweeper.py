@@ -6,9 +6,9 @@ was used), so every worker process sweeps: it returns expired leases to pending 
 queue) and, when it is idle while work it serves is claimable, sends a ticket to that model's queue, which it
 consumes. Extra tickets are harmless (an empty claim is a no-op); at most one per idle worker per interval is sent,
 so the queue never floods. It is also the process's heartbeat for the cost ledger
-(jobs.cost.ledger): it records the worker session's up time, and closes the sessions of workers whose heartbeats stopped.
-Webhooks: it opens the notifications of finished runs nobody noticed, then retries the deliveries that are due; any
-worker's sweeper may send any run's, one at a time (jobs.notify.outbox leases them).
+(jobs.cost.ledger): it records the worker session's up time, and closes the sessions of workers whose heartbeats
+stopped. Webhooks: it opens the notifications of finished runs nobody noticed, then retries the deliveries that are due;
+any worker's sweeper may send any run's, one at a time (jobs.notify.outbox leases them).
 And it keeps deadlines: a run whose deadline has come is expired (work not started is cancelled; its result files and
 webhook follow once nothing of it runs), and each unfinished run's projected finish goes to the deadline gauges.
 

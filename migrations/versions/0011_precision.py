@@ -1,4 +1,4 @@
-"""the precision a video rendered at, on its render's cost records (engine.precision: fp32, bf16, int8, ...)
+"""the precision a video rendered at, on its render's cost records (engine.levers.precision: fp32, bf16, int8, ...)
 
 Revision ID: 0011
 Revises: 0010

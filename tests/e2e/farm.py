@@ -25,7 +25,8 @@ from .conftest import Cli
 from .procs import Workers, wait_for
 
 # Short leases so a dead worker's batch comes back within seconds; the sweeper then runs every 1.25 s
-# (jobs.work.sweeper: lease_s / 4, at least 1 s) and a holder renews every 1.7 s (jobs.render.batch.LeaseKeeper: lease_s / 3).
+# (jobs.work.sweeper: lease_s / 4, at least 1 s) and a holder renews every 1.7 s (jobs.render.batch.LeaseKeeper: lease_s
+# / 3).
 LEASE_S = 5
 VIDEOS = 12
 MAX_BATCH = 3

@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, select
 from sqlalchemy.pool import NullPool
 
-from engine.models import TOY, TOY_WEIGHTS
+from engine.models.registry import TOY, TOY_WEIGHTS
 from jobs.db.rows import CostRecord, Run, Video, WorkerSession
 from jobs.db.status import Status
 

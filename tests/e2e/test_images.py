@@ -11,13 +11,13 @@ import boto3
 import numpy as np
 from PIL import Image
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.metrics import psnr
-from engine.models import Registry
-from engine.toy.judge import judge_clip
+from engine.frames.metrics import psnr
+from engine.levers.config import EngineConfig
+from engine.models.registry import Registry
 from jobs.quality.images import vae_round_trip
 from storage.encode import decode_frames
+from toyworld.judge import judge_clip
 
 from .conftest import REPO
 

@@ -6,11 +6,11 @@ from datetime import datetime, timezone
 
 import pytest
 
-from engine import gates
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import Registry
-from engine.tiny import ensure_tiny
+from engine.levers import gates
+from engine.levers.config import EngineConfig
+from engine.models.registry import Registry
+from engine.models.tiny import ensure_tiny
 
 MANIFEST = "name: eight\nmodel: {model}\nvideos:\n  - {{id: a, prompt: a red ball}}\n  - {{id: b, prompt: a blue cube}}\n"
 

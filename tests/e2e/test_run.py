@@ -12,14 +12,14 @@ import boto3
 import pytest
 import yaml
 
-from engine.toy.judge import judge_clip
 from storage.encode import decode_frames, probe_mp4
+from toyworld.judge import judge_clip
 
 from .conftest import DEMO, Cli, base_env
 
 # What the judge reads from each demo video. The shipped toy model gets the shape right in 84% of its quality set
 # (its card), and the demo's blue square comes out round. The green square is striped with yellow: its median colour
-# is 18.0 in CIELAB from the palette's green, over the judge's 16 for another shade (engine/toy/judge.py; looked at
+# is 18.0 in CIELAB from the palette's green, over the judge's 16 for another shade (toyworld/judge.py; looked at
 # beside a swatch of that green, it reads yellow-green in bands). Every other attribute of every video is right.
 DEMO_JUDGED = {"red-circle-left": {"colour": True, "shape": True, "direction": True, "background": True},
                "blue-square-up": {"colour": True, "shape": False, "direction": True, "background": True},
@@ -29,12 +29,12 @@ DEMO_JUDGED = {"red-circle-left": {"colour": True, "shape": True, "direction": T
 
 # The demo's SHA-256 prefixes, keyed by what decides them: the kernel oneDNN runs the model's fp32 convolutions with
 # (torch's CPU build sends them to oneDNN, which picks its code from the CPU it finds). MKL's matrix products are held
-# to one code path (engine/cpu_math.py), and ATen's own kernels did not change a byte: with ATEN_CPU_CAPABILITY=avx2
-# torch reports the capability AVX2 and renders the AVX512 row. Measured 2026-12-05 on an Intel Xeon with AVX-512 and
-# AMX (torch 2.13.0, oneDNN 3.12.0; torch's capability AVX512), on 1 and 3 threads: the first row as it comes, the
-# second with ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's AVX2 code, what a CPU without AVX-512 runs; ATen held to AVX2 as well
-# gave the same four), which is also what the CI machine (AVX-512, its capability unrecorded) rendered for
-# green-square-down. Only green-square-down, a batch of one at guidance 6, differs between the two.
+# to one code path (engine/levers/cpu_math.py), and ATen's own kernels did not change a byte: with
+# ATEN_CPU_CAPABILITY=avx2 torch reports the capability AVX2 and renders the AVX512 row. Measured 2026-12-05 on an Intel
+# Xeon with AVX-512 and AMX (torch 2.13.0, oneDNN 3.12.0; torch's capability AVX512), on 1 and 3 threads: the first row
+# as it comes, the second with ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's AVX2 code, what a CPU without AVX-512 runs; ATen held
+# to AVX2 as well gave the same four), which is also what the CI machine (AVX-512, its capability unrecorded)
+# rendered for green-square-down. Only green-square-down, a batch of one at guidance 6, differs between the two.
 DEMO_SHA256 = {"jit:avx512_core": {"red-circle-left": "9289971ba074", "blue-square-up": "e9f63e1d66e5",
                                    "yellow-circle-right": "a4c081f42fc2", "green-square-down": "ad6b753c8ddc"},
                "jit:avx2": {"red-circle-left": "9289971ba074", "blue-square-up": "e9f63e1d66e5",

@@ -8,7 +8,7 @@
 - nan: one weight of the first block's feed-forward NaN (an overflowed half-precision conversion);
 - vae_zero: the decoder zeroed (the VAE's, or a light decoder's where the registration has one).
 
-engine.video_checks and engine.denoise.kept are judged on them in tests/engine/test_broken_models.py and
+engine.frames.video_checks and engine.loop.denoise.kept are judged on them in tests/engine/test_broken_models.py and
 scripts/measure_broken.py.
 """
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine.models import Registry
-from engine.models_file import load_registry
+from engine.models.file import load_registry
+from engine.models.registry import Registry
 
 from .wan22 import write_models_file
 

@@ -1,5 +1,6 @@
 """Adapter files in the layouts Wan LoRAs are published in (issue 32), read through diffusers' own conversion
-(engine.adapter_files), registered through a models file, fused and rendered on the tiny-width builds (engine.tiny).
+(engine.adapters.files), registered through a models file, fused and rendered on the tiny-width builds
+(engine.models.tiny).
 
 Tensor names are the ones diffusers' converters read (diffusers/loaders/lora_conversion_utils.py:
 `_convert_non_diffusers_wan_lora_to_diffusers` for `diffusion_model.*`, `_convert_musubi_wan_lora_to_diffusers` for
@@ -11,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine.adapter_files import AdapterRefused
-from engine.config import EngineConfig
+from engine.adapters.files import AdapterRefused
 from engine.engine import Engine
-from engine.models_file import load_registry
-from engine.tiny import ensure_builtin, ensure_tiny, ensure_tiny_a14b
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
+from engine.models.tiny import ensure_builtin, ensure_tiny, ensure_tiny_a14b
 from engine.types import RenderBatch, RenderRequest, Shape
 
 WIDTH = 32  # the tiny transformers' attention width (2 heads x 16) and text width

@@ -5,12 +5,12 @@ video"), so these are held-out results, four videos per model and kind in one ba
 
 import pytest
 
-from engine import denoise
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import Registry
+from engine.frames.video_checks import check_video
+from engine.levers.config import EngineConfig
+from engine.loop import denoise
+from engine.models.registry import Registry
 from engine.types import RenderBatch, RenderRequest, Shape
-from engine.video_checks import check_video
 
 from .broken import broken
 

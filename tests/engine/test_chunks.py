@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.chunks import chunk_seed, plan
-from engine.stitch import seam_score, stitch
+from engine.long.chunks import chunk_seed, plan
+from engine.long.stitch import seam_score, stitch
 
 
 @pytest.mark.parametrize("frames, window, overlap, t, chunks, latents, seams", [
@@ -83,12 +83,12 @@ def test_the_tie_holds_the_overlap_noised_to_each_step_or_clean(model_cache, cle
     level with the chunk's own initial noise (chunk_condition noised), or the condition itself (clean); the free
     video in the same batch is left alone, and the overlap comes out equal to the condition either way. Held clean,
     the overlap's tokens get timestep 0 and every other token the step's."""
-    from engine import denoise
-    from engine.conditioning import Conditioning
-    from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.guidance import Guidance
-    from engine.models import Registry
+    from engine.levers.config import EngineConfig
+    from engine.loop import denoise
+    from engine.loop.conditioning import Conditioning
+    from engine.loop.guidance import Guidance
+    from engine.models.registry import Registry
 
     pipe = Engine(EngineConfig(cache_dir=model_cache), Registry()).pipeline("tiny")
     embeds = pipe.encode_prompt(["a", "b"], do_classifier_free_guidance=False, max_sequence_length=64)[0]

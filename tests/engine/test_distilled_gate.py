@@ -1,15 +1,16 @@
-"""A distilled registration's gate (engine.gate_rules.judge_distilled): adherence against the teacher's, blank frames and
-flicker; and the engine refusing a registration that names a teacher until a passing gate is recorded for it."""
+"""A distilled registration's gate (engine.levers.gate_rules.judge_distilled): adherence against the teacher's, blank
+frames and flicker; and the engine refusing a registration that names a teacher until a passing gate is recorded for
+it."""
 
 import numpy as np
 import pytest
 
-from engine import gate_measures, gate_rules, gates
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.gates import UngatedSetting
-from engine.models_file import load_registry
-from engine.tiny import ensure_tiny
+from engine.levers import gate_measures, gate_rules, gates
+from engine.levers.config import EngineConfig
+from engine.levers.gates import UngatedSetting
+from engine.models.file import load_registry
+from engine.models.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 TEACHER = {"colour": 1.0, "shape": 0.825, "direction": 0.9625, "background": 1.0}

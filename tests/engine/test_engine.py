@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound, RenderError, RetryableRenderError
-from engine.models import TINY, Registry
-from engine.tiny import TINY_VERSION, ensure_tiny
+from engine.levers.config import EngineConfig
+from engine.models.registry import TINY, Registry
+from engine.models.tiny import TINY_VERSION, ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 SHAPE = Shape("tiny", 64, 48, 9, 3, 5.0)
@@ -117,8 +117,7 @@ def test_shapes_the_pipeline_would_round_are_refused(engine, width, frames, mess
 def test_out_of_memory_splits_the_batch_and_remembers_what_fitted(model_cache, monkeypatch):
     """A CPU has no device memory to run out of, so the denoiser is made to raise torch's OutOfMemoryError for
     batches over 2, as a GPU would; everything else is the real engine."""
-    from engine import denoise
-
+    from engine.loop import denoise
     real, sizes = denoise.denoise, []
 
     def limited(pipe, **kwargs):

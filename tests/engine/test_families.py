@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from engine.errors import ModelNotFound
-from engine.models_file import load_registry
-from engine.tiny import ensure_tiny_a14b, ensure_tiny_ti2v
+from engine.models.file import load_registry
+from engine.models.tiny import ensure_tiny_a14b, ensure_tiny_ti2v
 
 from .wan22 import A14B, TI2V
 

@@ -1,10 +1,10 @@
-"""engine.fast_ops against the diffusers operators they replace."""
+"""engine.levers.fast_ops against the diffusers operators they replace."""
 
 import pytest
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanRMS_norm
 
-from engine.fast_ops import use_fast_vae_norm
+from engine.levers.fast_ops import use_fast_vae_norm
 
 
 @pytest.mark.parametrize(("channel_first", "images", "shape", "dtype"), [

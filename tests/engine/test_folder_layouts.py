@@ -12,12 +12,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
-from engine.models_file import load_registry
-from engine.registration import read_header
-from engine.tiny import build_tiny_a14b_pipeline, build_tiny_i2v_pipeline, build_tiny_pipeline, build_tiny_ti2v_pipeline
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
+from engine.models.registration import read_header
+from engine.models.tiny import (
+    build_tiny_a14b_pipeline,
+    build_tiny_i2v_pipeline,
+    build_tiny_pipeline,
+    build_tiny_ti2v_pipeline,
+)
 from engine.types import RenderBatch, RenderRequest, Shape
 
 from .wan22 import build_i2v_a14b

@@ -8,14 +8,14 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from engine import content_key, gate_rules, gates
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.gate_measures import flicker, frozen_videos, is_frozen, motion
-from engine.gates import UngatedSetting
-from engine.models import Registry
-from engine.models_file import load_registry
-from engine.tiny import ensure_tiny
+from engine.levers import content_key, gate_rules, gates
+from engine.levers.config import EngineConfig
+from engine.levers.gate_measures import flicker, frozen_videos, is_frozen, motion
+from engine.levers.gates import UngatedSetting
+from engine.models.file import load_registry
+from engine.models.registry import Registry
+from engine.models.tiny import ensure_tiny
 
 
 def frames(*values) -> np.ndarray:

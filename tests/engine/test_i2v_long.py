@@ -1,8 +1,8 @@
 """Long videos from a picture on the pipeline image path (`image_condition: pipeline`, issue 32), on Wan 2.1 I2V (the
 built-in `tiny-i2v`: diffusers' classes with an image encoder) and Wan 2.2 I2V A14B (two experts, no image encoder,
 saved like a downloaded folder): the first chunk from the picture as a short video, each later chunk conditioned
-through the pipeline's mask and picture channels on the chunk before's last frames (engine.i2v), stitched and decoded
-once."""
+through the pipeline's mask and picture channels on the chunk before's last frames (engine.loop.i2v), stitched and
+decoded once."""
 
 import dataclasses
 
@@ -11,12 +11,12 @@ import pytest
 import torch
 from PIL import Image
 
-from engine.chunks import plan
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.i2v import continuation_latents
-from engine.models import Registry
-from engine.models_file import load_registry
+from engine.levers.config import EngineConfig
+from engine.long.chunks import plan
+from engine.loop.i2v import continuation_latents
+from engine.models.file import load_registry
+from engine.models.registry import Registry
 from engine.types import RenderBatch, RenderRequest, Shape
 
 from .wan22 import build_i2v_a14b
@@ -72,8 +72,9 @@ def test_a_long_video_from_a_picture_renders_in_chunks_its_first_the_short_video
 
 
 def test_a_continuation_from_one_frame_is_the_pipelines_own_conditioning_on_that_picture(engines):
-    """engine.i2v.continuation_latents, given a single known frame, builds what WanImageToVideoPipeline.prepare_latents
-    builds for that frame as the picture: the same noise, mask and encoded condition, bit for bit."""
+    """engine.loop.i2v.continuation_latents, given a single known frame, builds what
+    WanImageToVideoPipeline.prepare_latents builds for that frame as the picture: the same noise, mask and encoded
+    condition, bit for bit."""
     pipe = engines["tiny-i2v"].pipeline("tiny-i2v")
     with torch.inference_mode():
         ours = continuation_latents(pipe, picture(2)[None], 32, 32, 17, torch.Generator().manual_seed(4))

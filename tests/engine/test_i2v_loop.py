@@ -1,17 +1,18 @@
 """The image-to-video path (`image_condition: pipeline`) in the engine's one loop (issue 32): WanImageToVideoPipeline's
-inputs prepared per picture (engine.i2v.prepare) and read by engine.denoise as one step, so the two-expert image model
-(Wan 2.2 I2V A14B, built at tiny widths with diffusers' classes and saved like a downloaded folder) gets what the text
-path has: its registration's guidance_2 on the low-noise steps, the expert swap, batching of several pictures."""
+inputs prepared per picture (engine.loop.i2v.prepare) and read by engine.loop.denoise as one step, so the two-expert
+image model (Wan 2.2 I2V A14B, built at tiny widths with diffusers' classes and saved like a downloaded folder) gets
+what the text path has: its registration's guidance_2 on the low-noise steps, the expert swap, batching of several
+pictures."""
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.i2v import denoise_i2v
-from engine.models_file import load_registry
+from engine.levers.config import EngineConfig
+from engine.loop.i2v import denoise_i2v
+from engine.models.file import load_registry
 from engine.types import RenderBatch, RenderRequest, Shape
 
 from .wan22 import build_i2v_a14b
@@ -108,8 +109,7 @@ def test_a_gated_lever_runs_on_the_image_path(folder, model_cache, tmp_path):
     from dataclasses import replace
     from datetime import datetime, timezone
 
-    from engine import gates
-
+    from engine.levers import gates
     cache = tmp_path / "cache"
     (cache / "models").mkdir(parents=True)
     calls = {}

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from engine.chunks import plan
-from engine.config import EngineConfig
-from engine.decode import decode_latents
 from engine.engine import Engine
 from engine.errors import RenderError
-from engine.first_frame import first_frame_latents
-from engine.i2v import denoise_i2v
-from engine.models import TINY, Registry
-from engine.tiny import ensure_tiny
+from engine.frames.decode import decode_latents
+from engine.levers.config import EngineConfig
+from engine.long.chunks import plan
+from engine.loop.first_frame import first_frame_latents
+from engine.loop.i2v import denoise_i2v
+from engine.models.registry import TINY, Registry
+from engine.models.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 SHAPE = Shape("tiny", 64, 48, 9, 3, 5.0)
@@ -96,7 +96,7 @@ def test_pipeline_path_with_two_experts_equals_diffusers(model_cache):
     from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
     from PIL import Image
 
-    from engine.tiny import build_tiny_pipeline
+    from engine.models.tiny import build_tiny_pipeline
 
     base = build_tiny_pipeline()
     torch.manual_seed(3)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.images import ImageError, decode_image, fit_image
+from engine.frames.images import ImageError, decode_image, fit_image
 
 RED, BLUE = (200, 30, 30), (30, 30, 200)
 

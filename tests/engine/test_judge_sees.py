@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.toy import ClipSpec, judge_clip, render_clip, score
-from engine.toy.judge import BACKGROUND_LIMIT
-from engine.toy.sight import SHADE_LIMIT
+from toyworld import ClipSpec, judge_clip, render_clip, score
+from toyworld.judge import BACKGROUND_LIMIT
+from toyworld.sight import SHADE_LIMIT
 
 LABELS = Path(__file__).resolve().parents[1] / "fixtures" / "judge_labels"
 GREEN = ClipSpec("green", "square", "right", "gray", size=16, x=4, y=8, speed=2)
@@ -22,7 +22,7 @@ GREEN = ClipSpec("green", "square", "right", "gray", size=16, x=4, y=8, speed=2)
 def recoloured(spec: ClipSpec, rgb: tuple[int, int, int], frames: slice = slice(None)) -> np.ndarray:
     """`spec`'s clip with the object's pixels painted `rgb` in `frames`."""
     clip = render_clip(spec, frames=9, width=32, height=32)
-    from engine.toy.world import COLOURS
+    from toyworld.world import COLOURS
 
     obj = (clip == np.array(COLOURS[spec.colour], dtype=np.uint8)).all(axis=-1)
     obj[np.setdiff1d(np.arange(len(clip)), np.arange(len(clip))[frames])] = False

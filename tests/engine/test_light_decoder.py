@@ -1,12 +1,12 @@
-"""engine.light_decoder's clip-wide context: every frame reads latent 0 (where Wan's causal VAE codes the first
+"""engine.adapters.light_decoder's clip-wide context: every frame reads latent 0 (where Wan's causal VAE codes the first
 frame alone), nothing reads a later latent, and a folder saved without the field loads as before."""
 
 import json
 
 import torch
 
-from engine import light_decoder
-from engine.light_decoder import DecoderConfig, LightDecoder
+from engine.adapters import light_decoder
+from engine.adapters.light_decoder import DecoderConfig, LightDecoder
 
 
 def decoder(context: bool) -> LightDecoder:

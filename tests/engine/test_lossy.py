@@ -6,13 +6,13 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from engine import gates
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.gates import UngatedSetting
-from engine.metrics import psnr
-from engine.models import Registry
-from engine.tiny import ensure_tiny
+from engine.frames.metrics import psnr
+from engine.levers import gates
+from engine.levers.config import EngineConfig
+from engine.levers.gates import UngatedSetting
+from engine.models.registry import Registry
+from engine.models.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 SHAPE = Shape("tiny", 64, 48, 9, 4, 5.0)

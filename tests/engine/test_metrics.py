@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from engine.metrics import PSNR_CAP_DB, psnr, psnr_frames, ssim
+from engine.frames.metrics import PSNR_CAP_DB, psnr, psnr_frames, ssim
 
 
 def video(value=0, shape=(3, 16, 16)):

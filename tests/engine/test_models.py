@@ -9,13 +9,13 @@ import pytest
 import torch
 from diffusers import WanTransformer3DModel
 
-from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
-from engine.models import builtin_models
-from engine.models_file import load_registry
-from engine.text_cache import TEXT_PARTS
-from engine.tiny import ensure_builtin, ensure_tiny
+from engine.levers.config import EngineConfig
+from engine.levers.text_cache import TEXT_PARTS
+from engine.models.file import load_registry
+from engine.models.registry import builtin_models
+from engine.models.tiny import ensure_builtin, ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 

@@ -5,7 +5,7 @@ missing on purpose: a key error is found first, so none of these needs a model."
 import pytest
 
 from engine.errors import ModelNotFound
-from engine.models_file import load_registry
+from engine.models.file import load_registry
 
 REGISTRATION_HAS = ("path, base, defaults, max_frames, chunk_overlap, chunk_condition, max_sequence_length, max_batch, "
                     "temporal_factor, spatial_multiple, image_condition, mixed_image_batches, precision, "
@@ -79,7 +79,7 @@ def test_a_merged_registration_is_checked_with_what_it_merges(tmp_path):
 ])
 def test_a_default_that_is_not_a_number_is_refused_without_a_traceback(model_cache, tmp_path, defaults, message):
     """Each was a ValueError (or a silent truncation: 2.5 steps became 2) before."""
-    from engine.tiny import ensure_tiny
+    from engine.models.tiny import ensure_tiny
 
     models = tmp_path / "models.yaml"
     models.write_text(f"m:\n  path: {ensure_tiny(model_cache)}\n  defaults: {defaults}\n")
@@ -89,7 +89,7 @@ def test_a_default_that_is_not_a_number_is_refused_without_a_traceback(model_cac
 
 
 def test_a_registration_knows_its_line(model_cache, tmp_path):
-    from engine.tiny import ensure_tiny
+    from engine.models.tiny import ensure_tiny
 
     models = tmp_path / "models.yaml"
     folder = ensure_tiny(model_cache)

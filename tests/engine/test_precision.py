@@ -1,4 +1,4 @@
-"""Precision modes (engine.precision): what an 8-bit layer holds, which layers stay in float, what a device and a
+"""Precision modes (engine.levers.precision): what an 8-bit layer holds, which layers stay in float, what a device and a
 missing gate refuse, and a gated int8 render of the tiny model."""
 
 import json
@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from engine import gates, precision
-from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
-from engine.gates import UngatedSetting
-from engine.metrics import psnr
-from engine.models import Registry
-from engine.models_file import load_registry
-from engine.precision import PrecisionRefused
-from engine.tiny import ensure_tiny
+from engine.frames.metrics import psnr
+from engine.levers import gates, precision
+from engine.levers.config import EngineConfig
+from engine.levers.gates import UngatedSetting
+from engine.levers.precision import PrecisionRefused
+from engine.models.file import load_registry
+from engine.models.registry import Registry
+from engine.models.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 SHAPE = Shape("tiny", 64, 48, 9, 4, 5.0)
@@ -194,10 +194,10 @@ def test_an_ungated_or_unrunnable_text_encoder_precision_is_refused_naming_it(ca
 
 
 @pytest.mark.parametrize("mode, expected", [
-    # The tiny text encoder (engine.tiny: UMT5, vocabulary 259, width 32, 4 heads of 8, feed-forward 64, 2 layers, 8
-    # position buckets) holds 28,992 parameters: the embedding table 259*32 = 8,288; a layer's q, k, v, o 4*32*32 =
-    # 4,096, wi_0 and wi_1 2*32*64 = 4,096, wo 64*32 = 2,048, two norms 64 and its position biases 8*4 = 32 (10,336);
-    # the final norm 32. fp32: 28,992 * 4 = 115,968 bytes.
+    # The tiny text encoder (engine.models.tiny: UMT5, vocabulary 259, width 32, 4 heads of 8, feed-forward 64, 2
+    # layers, 8 position buckets) holds 28,992 parameters: the embedding table 259*32 = 8,288; a layer's q, k, v, o
+    # 4*32*32 = 4,096, wi_0 and wi_1 2*32*64 = 4,096, wo 64*32 = 2,048, two norms 64 and its position biases 8*4 = 32
+    # (10,336); the final norm 32. fp32: 28,992 * 4 = 115,968 bytes.
     (None, 115_968),
     # bf16: 2 bytes each.
     ("bf16", 57_984),

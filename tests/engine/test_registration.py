@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from engine import light_decoder
-from engine.config import EngineConfig
+from engine.adapters import light_decoder
 from engine.engine import Engine
 from engine.errors import ModelNotFound
-from engine.models import TINY
-from engine.models_file import load_registry
-from engine.tiny import ensure_tiny
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
+from engine.models.registry import TINY
+from engine.models.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 REQUESTS = (RenderRequest(1, "a red circle", None, 5), RenderRequest(2, "a blue square", "blurry", 6))

@@ -5,11 +5,11 @@ import os
 import numpy as np
 import torch
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import Registry
-from engine.text_cache import TextEmbeddingCache, model_identity
-from engine.tiny import ensure_tiny
+from engine.levers.config import EngineConfig
+from engine.levers.text_cache import TextEmbeddingCache, model_identity
+from engine.models.registry import Registry
+from engine.models.tiny import ensure_tiny
 from engine.types import RenderBatch, RenderRequest, Shape
 
 SHAPE = Shape("tiny", 32, 32, 5, 2, 5.0)

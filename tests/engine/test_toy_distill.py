@@ -12,14 +12,14 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import TOY_FAST, TOY_WEIGHTS
-from engine.models_file import load_registry
-from engine.toy.distill import DistillConfig, distill
-from engine.toy.distill_config import student_sigmas, teacher_sigmas
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
+from engine.models.registry import TOY_FAST, TOY_WEIGHTS
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cli.toy import QUICK_DISTILL
+from toyworld.distill import DistillConfig, distill
+from toyworld.distill_config import student_sigmas, teacher_sigmas
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def test_the_student_samples_at_toy_fasts_sigmas_and_the_teacher_stops_at_each()
     # And the engine's scheduler for toy-fast visits the same sigmas.
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from engine.adapt import scheduler
+    from engine.adapters.apply import scheduler
 
     engine_scheduler = scheduler(TOY_FAST.sampler, FlowMatchEulerDiscreteScheduler.load_config(TOY_WEIGHTS / "scheduler"))
     engine_scheduler.set_timesteps(4)

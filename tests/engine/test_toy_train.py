@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models_file import load_registry
-from engine.toy.train import TrainConfig, train
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.cli.toy import QUICK
+from toyworld.train import TrainConfig, train
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_a_work_folder_refuses_another_config(tmp_path):
 
 
 def test_the_continuation_prefix_is_the_toy_registrations_overlap():
-    from engine.models import TOY
+    from engine.models.registry import TOY
 
     assert TrainConfig().prefix_latents == TOY.chunk_overlap
 
@@ -112,9 +112,9 @@ def test_a_clean_prefix_trains_at_timestep_0_and_outside_the_loss(tmp_path):
     clean with timestep 0 on its tokens, the rest noised at the clip's timestep; the other clip has no prefix."""
     import torch
 
-    from engine.toy.model import build_transformer
-    from engine.toy.plumbing import Logger
-    from engine.toy.train_transformer import _flow_matching
+    from toyworld.model import build_transformer
+    from toyworld.plumbing import Logger
+    from toyworld.train_transformer import _flow_matching
 
     model = build_transformer()
     x0 = torch.randn(2, 8, 5, 8, 8, generator=torch.Generator().manual_seed(0))

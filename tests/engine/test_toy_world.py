@@ -6,9 +6,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from engine.toy import ClipSpec, dataset, judge_clip, parse_prompt, render_clip, sample_spec, score
-from engine.toy.world import BACKGROUNDS, COLOURS, COMBINATIONS, DIRECTIONS, SHAPES, SIZE_RANGE
 from storage.encode import decode_frames, encode_mp4
+from toyworld import ClipSpec, dataset, judge_clip, parse_prompt, render_clip, sample_spec, score
+from toyworld.world import BACKGROUNDS, COLOURS, COMBINATIONS, DIRECTIONS, SHAPES, SIZE_RANGE
 
 # (width, height, frames): the sizes and lengths the issue names, plus a wide frame and a short clip.
 CONFIGS = [(32, 32, 9), (32, 32, 17), (64, 64, 9), (64, 64, 17)]
@@ -176,7 +176,7 @@ def test_seam_steps_see_a_chunk_that_restarts_the_motion(direction):
     """A 33-frame clip cut like a toy long video (seams at frames 9, 15, 21, 27, two frames a latent): drawn
     continuously, every seam step equals the steps inside (the speed); with each chunk restarting the motion 4
     frames back, the seams step backwards; jumping 4 frames ahead, they step far past the largest inside step."""
-    from engine.toy import seam_steps
+    from toyworld import seam_steps
 
     spec = dataclasses.replace(sample_spec(5, width=32, height=32, direction=direction), speed=2)
     seams = [9, 15, 21, 27]

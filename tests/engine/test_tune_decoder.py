@@ -9,10 +9,11 @@ import sys
 import pytest
 import torch
 
-from engine import gates, light_decoder
-from engine.models import TOY_FAST_WEIGHTS
-from engine.toy.distill_config import DistillConfig
-from engine.toy.distill_decoder import decoder_loss
+from engine.adapters import light_decoder
+from engine.levers import gates
+from engine.models.registry import TOY_FAST_WEIGHTS
+from toyworld.distill_config import DistillConfig
+from toyworld.distill_decoder import decoder_loss
 
 
 def test_the_colour_term_weighs_every_pixels_block_colour():

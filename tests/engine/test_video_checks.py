@@ -9,7 +9,7 @@ correlations, and it has tests of its own below.
 import numpy as np
 import pytest
 
-from engine.video_checks import Thresholds, check_video, seam_jump, structure
+from engine.frames.video_checks import Thresholds, check_video, seam_jump, structure
 
 NO_STRUCTURE = Thresholds(min_structure=0.0)
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine import denoise
-from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import RenderError, RenderInterrupted, RetryableRenderError
+from engine.levers.config import EngineConfig
+from engine.loop import denoise
 from engine.types import RenderBatch, RenderRequest, Shape
 
 from .wan22 import A14B, REQUESTS, SHAPES, TI2V, frames

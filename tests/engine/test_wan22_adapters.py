@@ -1,6 +1,6 @@
 """Adapters per expert (issue 22): a Wan 2.2 A14B registration gives each expert its own LoRA, as few-step Wan 2.2
 adapters are published in high-noise and low-noise pairs (both files naming their tensors `transformer.*`). On the
-tiny-width A14B build (engine.tiny), real diffusers and PEFT."""
+tiny-width A14B build (engine.models.tiny), real diffusers and PEFT."""
 
 import dataclasses
 import json
@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ModelNotFound
-from engine.models_file import load_registry
-from engine.tiny import ensure_tiny_a14b, ensure_tiny_ti2v
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
+from engine.models.tiny import ensure_tiny_a14b, ensure_tiny_ti2v
 from engine.types import RenderBatch, Shape
 
 from .wan22 import REQUESTS

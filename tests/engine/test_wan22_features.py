@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from engine import gates
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.experts import experts
-from engine.gates import UngatedSetting
-from engine.metrics import psnr
-from engine.models_file import load_registry
+from engine.frames.metrics import psnr
+from engine.levers import gates
+from engine.levers.config import EngineConfig
+from engine.levers.gates import UngatedSetting
+from engine.loop.experts import experts
+from engine.models.file import load_registry
 from engine.types import RenderBatch, RenderRequest
 
 from .wan22 import A14B, REQUESTS, SHAPES, TI2V, frames, write_models_file

@@ -1,4 +1,4 @@
-"""Wan 2.2's two architectures at tiny widths (engine.tiny), registered through a models file as an operator
+"""Wan 2.2's two architectures at tiny widths (engine.models.tiny), registered through a models file as an operator
 registers a downloaded folder; shared by the engine's tests and the manifest's."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from engine.engine import Engine
-from engine.tiny import build_tiny_pipeline, ensure_tiny, ensure_tiny_a14b, ensure_tiny_ti2v
+from engine.models.tiny import build_tiny_pipeline, ensure_tiny, ensure_tiny_a14b, ensure_tiny_ti2v
 from engine.types import RenderBatch, RenderRequest, Shape
 
 # The registered names, and a shape of each that renders in well under a second here. At 4 steps the A14B's

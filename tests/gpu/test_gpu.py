@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import Registry
+from engine.levers.config import EngineConfig
+from engine.models.registry import Registry
 from engine.types import RenderBatch, RenderRequest, Shape
 
 pytestmark = pytest.mark.gpu
@@ -64,7 +64,7 @@ def test_the_text_encoder_leaves_the_device_and_output_does_not_change(cache):
 
 def test_an_unloaded_pipeline_gives_its_device_memory_back(cache):
     """With at most one pipeline loaded, switching models frees the one that leaves: the device holds one model's
-    weights at a time, not both (engine.pipelines.PipelineCache._make_room: collect, then empty torch's cache)."""
+    weights at a time, not both (engine.models.pipelines.PipelineCache._make_room: collect, then empty torch's cache)."""
     request = (RenderRequest(1, "a red circle moving left on a black background", None, 5),)
     toy = RenderBatch(Shape("toy", 32, 32, 9, 2, 2.0), request)
     both = Engine(EngineConfig(cache_dir=cache, max_models=2, text_cache=False), Registry())
@@ -85,7 +85,7 @@ def test_the_idle_wan22_expert_waits_in_cpu_memory_and_output_does_not_change(ca
     """offload_idle_expert on a GPU: at each step the running expert's weights are on the device and the other's in
     CPU memory; the videos are those rendered with both experts resident. Prints each swap's seconds (for
     docs/PERFORMANCE.md; at tiny widths they measure the bookkeeping, not the bus)."""
-    from engine.models_file import load_registry
+    from engine.models.file import load_registry
     from tests.engine.wan22 import write_models_file
 
     shape = Shape("a14b", 64, 48, 9, 4, 4.0)

@@ -85,7 +85,7 @@ def videos(prefix: str, count: int, **fields: object) -> list[dict]:
 
 def make_world(tmp_path: Path, db_url: str, model_cache: Path, registry, monkeypatch, measuring: tuple[str, ...] = (),
                **settings: object) -> World:
-    """`measuring`: models rendered here without asking their gates (engine.pipelines.PipelineCache.measuring);
+    """`measuring`: models rendered here without asking their gates (engine.models.pipelines.PipelineCache.measuring);
     `settings`: values by path (Settings.with_values), "worker.max_batch" written worker__max_batch."""
     config = Settings.from_env({}).with_values({
         "database_url": db_url, "engine.cache_dir": tmp_path / "cache", "worker.max_batch": 2, "prices.gpu": RATE,

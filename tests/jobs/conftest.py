@@ -1,6 +1,6 @@
 import pytest
 
-from engine.models import Registry
+from engine.models.registry import Registry
 from jobs.db.connect import session_factory, upgrade
 
 

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from engine.models import Registry
+from engine.models.registry import Registry
 from jobs.manifest import ManifestError, ManifestIssue, RunSpec, load_manifest
 from jobs.manifest.policy import ManifestPolicy
 

@@ -103,7 +103,7 @@ def test_an_earlier_attempts_upload_that_lands_after_the_retry_rendered_is_adopt
     so B adopts it instead of failing v0 as a conflict."""
     settings, factory = one_video_run(tmp_path, model_cache, registry, f"file://{tmp_path}/out/")
     # A's machine rounds otherwise (as bfloat16 on a GPU would): the same video, other pixels, other bytes. Not bf16 on
-    # this CPU: ATen held to AVX2 (engine/cpu_math.py) has no bf16 attention kernel ("pack_vnni2 ... avx512").
+    # this CPU: ATen held to AVX2 (engine/levers/cpu_math.py) has no bf16 attention kernel ("pack_vnni2 ... avx512").
     engine_a = Engine(settings.engine_config(), registry)
     engine_b = Engine(settings.engine_config(), registry)
     render_a = engine_a.render

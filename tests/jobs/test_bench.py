@@ -66,7 +66,7 @@ def test_denoise_flops_match_a_hand_count_of_the_blocks(model_cache):
     """FlopCounterMode on one transformer call, scaled by steps and guidance, against the matmuls counted by hand."""
     from diffusers import WanPipeline
 
-    from engine.tiny import ensure_tiny
+    from engine.models.tiny import ensure_tiny
 
     pipe = WanPipeline.from_pretrained(ensure_tiny(model_cache))
     preset = Preset("t", "", "tiny", 64, 64, 9, 8, steps=3, guidance=5.0, videos=1, batch=1, max_sequence_length=64)
@@ -108,7 +108,7 @@ def test_the_wan_presets_have_the_published_sizes():
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
-    from engine.bench_models import UMT5_XXL, WAN_13B_TRANSFORMER
+    from jobs.bench.models import UMT5_XXL, WAN_13B_TRANSFORMER
 
     def count(module) -> float:
         return sum(p.numel() for p in module.parameters())
@@ -204,10 +204,10 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
     defaults (20 steps, guidance 2), reelbatch's side renders toy-fast at its own (4 steps, one pass, its LoRA,
     sampler and light decoder). Refused, writing nothing, until toy-fast's distilled gate has passed; `--speed-only`
     times it anyway and says why workers would refuse it."""
-    from engine import gates
-    from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.models import TOY_FAST, TOY_WEIGHTS, Registry
+    from engine.levers import gates
+    from engine.levers.config import EngineConfig
+    from engine.models.registry import TOY_FAST, TOY_WEIGHTS, Registry
     from jobs.bench.sides import check_gates
     from jobs.settings import Settings
 
@@ -228,8 +228,8 @@ def test_bench_renders_a_distilled_registration_against_its_teacher_once_its_gat
                                       "decoder": None, "teacher": None, "steps": 20, "guidance": 2.0}
     assert r["engine"]["model"] == {
         "name": "toy-fast", "path": str(TOY_WEIGHTS),
-        "adapters": [{"path": str(TOY_WEIGHTS.parent / "weights-fast" / "adapter.safetensors"), "scale": 1.0}],
-        "sampler": "flow_euler(shift=3,terminal=0.1)", "decoder": str(TOY_WEIGHTS.parent / "weights-fast" / "decoder"),
+        "adapters": [{"path": str(TOY_WEIGHTS.parent / "toy-fast" / "adapter.safetensors"), "scale": 1.0}],
+        "sampler": "flow_euler(shift=3,terminal=0.1)", "decoder": str(TOY_WEIGHTS.parent / "toy-fast" / "decoder"),
         "teacher": "toy", "steps": 4, "guidance": 1.0}
     assert (r["shape"]["steps"], r["shape"]["guidance"], r["same_model"]) == (4, 1.0, False)
     # 20 steps of two passes against 4 of one: 40 transformer passes a video against 4.
@@ -259,12 +259,12 @@ def test_the_cpu_fast_registrations_adapter_and_decoder_fit_their_base_and_rende
     """The cpu-fast preset's random LoRA and light decoder, built here for the tiny folder (the same code builds
     them for the Wan-width bench model): the models file's checks accept them, and the engine renders 4 steps of one
     pass with the light decoder in place of the VAE's."""
-    from engine.bench_models import ADAPTER_FILE, DECODER_FOLDER, ensure_fast_extras
-    from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.models_file import load_registry
-    from engine.tiny import ensure_tiny
+    from engine.levers.config import EngineConfig
+    from engine.models.file import load_registry
+    from engine.models.tiny import ensure_tiny
     from engine.types import RenderBatch, RenderRequest, Shape
+    from jobs.bench.models import ADAPTER_FILE, DECODER_FOLDER, ensure_fast_extras
 
     tiny = ensure_tiny(model_cache)
     extras = ensure_fast_extras(tmp_path, tiny)

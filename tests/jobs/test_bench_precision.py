@@ -24,7 +24,7 @@ def env(tmp_path, model_cache):
             "REELBATCH_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "240"}
 
 
-# The toy text encoder (engine/toy/weights/text_encoder/config.json: UMT5, vocab 259, d_model 64, d_ff 128, 4 heads of
+# The toy text encoder (engine/models/toy/text_encoder/config.json: UMT5, vocab 259, d_model 64, d_ff 128, 4 heads of
 # 16, 2 layers, 16 buckets). Per layer: q, k, v, o 4 * 64*64 = 16,384; wi_0, wi_1 2 * 64*128 = 16,384; wo 128*64 =
 # 8,192; two norms 2 * 64 and its position biases 16*4 = 64: 41,152. The table 259*64 = 16,576, the final norm 64.
 # fp32: (16,576 + 2 * 41,152 + 64) * 4 = 98,944 * 4 = 395,776 bytes.
@@ -45,7 +45,8 @@ def test_bench_precision_puts_a_mode_beside_exact_and_native_with_both_models_by
     assert [s["name"] for s in r["sides"]] == ["exact", "native", "int8-weight"]
     assert [(s["precision"], s["text_encoder_precision"], s["text_encoder_bytes"]) for s in r["sides"]] == [
         ("fp32", "fp32", TEXT_FP32), ("fp32", "fp32", TEXT_FP32), ("int8-weight", "int8-weight", TEXT_INT8)]
-    # Every Linear but the output projection (engine.precision.KEEP) in a byte a weight: well under half of fp32's.
+    # Every Linear but the output projection (engine.levers.precision.KEEP) in a byte a weight: well under half of
+    # fp32's.
     assert exact["weight_bytes"] == native["weight_bytes"] and mode["weight_bytes"] < 0.5 * native["weight_bytes"]
     assert exact["psnr_db_min"] is None and native["psnr_db_min"] is not None and mode["psnr_db_min"] is not None
     # This cache has no gate: the mode is timed, and the side says a worker would refuse it.

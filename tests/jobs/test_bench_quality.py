@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from engine import gates
+from engine.levers import gates
 
 
 def cli(args, cwd, env, timeout=1800):  # a busy shared machine renders 32 toy videos five times slowly
@@ -25,7 +25,7 @@ def env(tmp_path, model_cache):
 
 def test_bench_quality_measures_records_and_gates_runs(tmp_path, env):
     # A threshold no step passes changes nothing (it must pass); 10% of the steps (2) changes everything (it must fail).
-    # 32 videos: the fewest that release a lever (engine.gates.MIN_SAMPLE).
+    # 32 videos: the fewest that release a lever (engine.levers.gates.MIN_SAMPLE).
     proc = cli(["bench", "quality", "--count", "32", "--setting", "step_cache=1e-6", "--setting", "step_scale=0.1",
                 "--json"], tmp_path, env)
     assert proc.returncode == 0, proc.stderr
@@ -67,9 +67,9 @@ def test_a_distilled_model_is_refused_until_bench_quality_records_its_gate_again
     """`model: toy-fast` before any gate: `run`, `quality` and `toy sheet` refuse it naming the gate and the command
     that measures it, writing nothing. `bench quality --model toy-fast` renders it and `toy` at their defaults and
     records its distilled gate (PSNR against the teacher for information). A passing record lets `run` render it."""
-    from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.models import TOY_FAST, Registry
+    from engine.levers.config import EngineConfig
+    from engine.models.registry import TOY_FAST, Registry
 
     manifest = tmp_path / "fast.yaml"
     manifest.write_text("name: fast\nmodel: toy-fast\nvideos:\n  - id: a\n    prompt: a red circle moving left on a "
@@ -132,11 +132,12 @@ def test_bench_quality_refuses_a_precision_it_cannot_measure_before_rendering(tm
 
 
 def test_int8_weights_are_measured_on_a_held_out_draw_and_released_only_by_a_pass(tmp_path, env):
-    # The toy model's transformer with every Linear but the output projection in int8 weights (engine.precision.KEEP)
-    # against exact mode, on 32 held-out videos (a recorded draw, --entropy, so the same videos every time): real
-    # renders, real judge. int8 weights keep the frames (47 dB on the quality set), but at 32 videos one flipped
-    # verdict is 3.1 points, over the gate's 2, and the judge flips borderline shapes at that fidelity: on this draw
-    # it flipped two on this machine. So the pixels are asserted; the verdict decides the release, either way.
+    # The toy model's transformer with every Linear but the output projection in int8 weights
+    # (engine.levers.precision.KEEP) against exact mode, on 32 held-out videos (a recorded draw, --entropy, so the same
+    # videos every time): real renders, real judge. int8 weights keep the frames (47 dB on the quality set), but at 32
+    # videos one flipped verdict is 3.1 points, over the gate's 2, and the judge flips borderline shapes at that
+    # fidelity: on this draw it flipped two on this machine. So the pixels are asserted; the verdict decides the
+    # release, either way.
     proc = cli(["bench", "quality", "--count", "32", "--entropy", "20261203", "--precision", "int8-weight", "--json"],
                tmp_path, env)
     assert proc.returncode == 0, proc.stderr
@@ -152,9 +153,9 @@ def test_int8_weights_are_measured_on_a_held_out_draw_and_released_only_by_a_pas
     assert recorded["setting"] == "precision=int8-weight" and recorded["passed"] == (gate["failures"] == [])
     assert r["released"] == (["precision=int8-weight"] if recorded["passed"] else [])
 
-    from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.models import Registry
+    from engine.levers.config import EngineConfig
+    from engine.models.registry import Registry
 
     engine = Engine(EngineConfig(cache_dir=tmp_path / "cache", precision="int8-weight"), Registry())
     if recorded["passed"]:

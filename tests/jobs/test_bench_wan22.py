@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from engine import bench_models
+from jobs.bench import models as bench_models
 from jobs.bench.presets import PRESETS
 
 # preset -> (hidden width, ffn width, blocks per transformer, latent channels, two experts, the grid sides must be
-# on): the published configs (engine/bench_models.py cites them), by hand.
+# on): the published configs (jobs/bench/models.py cites them), by hand.
 EXPECTED = {
     "a14b": (5120, 13824, 40, 16, True, 16),
     "ti2v": (3072, 14336, 30, 48, False, 32),

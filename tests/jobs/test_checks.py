@@ -13,8 +13,8 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from engine.errors import ModelNotFound
-from engine.models import TOY_WEIGHTS, Registry
-from engine.models_file import load_registry
+from engine.models.file import load_registry
+from engine.models.registry import TOY_WEIGHTS, Registry
 from jobs.cli import app
 from jobs.db.rows import CostRecord, Run, Video
 from jobs.db.status import Status

@@ -49,7 +49,7 @@ def test_a_long_videos_units_are_recorded_in_bulk_with_every_default(factory, re
                         u.frames, Status(u.status)) for u in session.scalars(select(WorkUnit)))
     long, short = videos["l"], videos["s"]
     # tiny's window is 33 frames (9 latents) sharing 2 latents: 10 s at 8 fps is 81 frames (21 latents), in 3 chunks
-    # of 9, 7 and 7 new latents (engine.chunks).
+    # of 9, 7 and 7 new latents (engine.long.chunks).
     assert (long.chunks, long.frames, short.chunks) == (3, 81, 1)
     assert units == [(long.id, 0, True, "tiny", 3, 0, False, 0, 33, Status.PENDING),
                      (long.id, 1, False, "tiny", 3, 0, False, 0, 33, Status.PENDING),

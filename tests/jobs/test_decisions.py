@@ -8,12 +8,12 @@ import pytest
 import torch
 from sqlalchemy import select
 
-from engine import light_decoder
+from engine.adapters import light_decoder
 from engine.engine import Engine
 from engine.errors import ModelNotFound, RenderError, RenderInterrupted, RetryableRenderError
-from engine.gates import UngatedSetting
-from engine.models_file import load_registry
-from engine.tiny import ensure_tiny
+from engine.levers.gates import UngatedSetting
+from engine.models.file import load_registry
+from engine.models.tiny import ensure_tiny
 from faults import Decision
 from jobs.db import submission
 from jobs.db.connect import session_factory

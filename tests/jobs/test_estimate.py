@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from engine.models import TINY
+from engine.models.registry import TINY
 from jobs.cli import app
 from jobs.cost import profiles
 from jobs.cost.estimate import Estimator

@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from engine import gate_rules, gates
-from engine.models_file import load_registry
-from engine.tiny import ensure_tiny
+from engine.levers import gate_rules, gates
+from engine.models.file import load_registry
+from engine.models.tiny import ensure_tiny
 from jobs.quality.gate_sample import SHIPPED, gate_sample
 
 
@@ -146,7 +146,7 @@ def test_a_distilled_registration_is_judged_by_motion_frames_and_clip_against_it
 def test_clip_score_floors_each_frame_at_zero_and_averages(tmp_path):
     """The CLIP folder of build_clip(seed 2) puts frame 0 of this noise video at cosine -0.0223 and frame 4 at
     +0.0162 to "a red circle" (measured once): each frame's score is max(100 cos, 0), so their mean is 0.81."""
-    from engine.clip_score import ClipScorer
+    from engine.frames.clip_score import ClipScorer
 
     build_clip(tmp_path / "clip")
     video = np.random.default_rng(0).integers(0, 256, (5, 32, 32, 3), dtype=np.uint8)
@@ -156,7 +156,7 @@ def test_clip_score_floors_each_frame_at_zero_and_averages(tmp_path):
 
 
 def test_the_toy_judge_reads_a_manifest_only_of_toy_prompts_on_a_toy_world_model(tmp_path):
-    from engine.models import Registry
+    from engine.models.registry import Registry
 
     toy = tmp_path / "toy.jsonl"
     toy.write_text('{"id": "a", "prompt": "a red circle moving left on a black background", "seed": 5}\n')
@@ -173,7 +173,7 @@ def test_the_toy_judge_reads_a_manifest_only_of_toy_prompts_on_a_toy_world_model
 
 
 def test_a_toy_gate_draws_seeds_nothing_was_tuned_on():
-    from engine.models import Registry
+    from engine.models.registry import Registry
 
     registry = Registry()
     first, again = (gate_sample(registry, "toy-fast", prompts=None, count=48, entropy=7) for _ in range(2))

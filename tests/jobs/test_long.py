@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from engine.engine import Engine
-from engine.models import TINY
+from engine.models.registry import TINY
 from engine.types import RenderRequest, Shape
 from jobs.claims import claims, leases
 from jobs.db import submission
@@ -138,15 +138,15 @@ TOY_LONG = [("a red circle moving left on a black background", 3),
 def test_toy_videos_four_windows_long_keep_their_prompt_mostly_and_do_not_jump_at_seams(tmp_path):
     """The trained toy model, 4 s at 8 fps (33 frames: 5 chunks of its 9-frame window) through the job path, four
     videos whose chunks batch together, each chunk held to the clean end of the one before (the toy's
-    chunk_condition) and starting from its own noise (engine.chunks.chunk_seed). Each 9-frame window of the decoded
+    chunk_condition) and starting from its own noise (engine.long.chunks.chunk_seed). Each 9-frame window of the decoded
     MP4 is judged, and the object is tracked frame by frame: no step at a seam is over 1.5x the largest step inside
     a chunk (with the re-noised tie the same videos stepped 6-15 px backwards at seams). Colour holds in every
     window (run 6's decoder turned red to blue late in a clip); direction in the first window of every video and in
     at least 90% of windows: measured 18 of 20 on run 7, where the blue square, already rendered as a blurred
     circle in its first window, wanders in its second and third (docs/LONG_VIDEOS.md)."""
-    from engine.models import Registry
-    from engine.toy.judge import judge_clip, seam_steps
-    from engine.toy.world import parse_prompt
+    from engine.models.registry import Registry
+    from toyworld.judge import judge_clip, seam_steps
+    from toyworld.world import parse_prompt
 
     settings = Settings.from_env({}).with_values({"database_url": f"sqlite:///{tmp_path / 't.db'}",
                                                   "engine.cache_dir": tmp_path / "cache", "worker.max_batch": 4})

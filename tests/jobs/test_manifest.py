@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from engine.models import Registry
+from engine.models.registry import Registry
 from jobs.manifest import ManifestError, derive_seed, load_manifest
 
 from .manifest_helpers import EXAMPLES, load, one_video, write
@@ -210,7 +210,7 @@ def test_content_hash_changes_with_any_field(tmp_path, old, new):
 
 
 def test_content_hash_changes_with_the_model(tmp_path):
-    from engine.models import TINY, ModelInfo
+    from engine.models.registry import TINY, ModelInfo
 
     registry = Registry()
     registry.models["tiny2"] = ModelInfo(name="tiny2", defaults=TINY.defaults, max_frames=33)

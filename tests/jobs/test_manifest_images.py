@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.models import TINY, Registry
+from engine.models.registry import TINY, Registry
 from jobs.db.connect import session_factory
 from jobs.db.submission import submit_run
 from jobs.errors import RunNameTaken, UsageError

@@ -1,5 +1,5 @@
 """A models file with a key no registration knows stops every command that reads it: one line naming the file, the
-line, the model and the key, exit 2, no traceback (engine.models_keys)."""
+line, the model and the key, exit 2, no traceback (engine.models.keys)."""
 
 import subprocess
 import sys

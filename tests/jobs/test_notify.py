@@ -52,7 +52,7 @@ def _submit(factory, tmp_path, hook, videos=2, name="n"):
 
 
 def _registry():
-    from engine.models import Registry
+    from engine.models.registry import Registry
 
     return Registry()
 

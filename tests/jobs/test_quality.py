@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.models import TOY
-from engine.models_file import load_registry
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
+from engine.models.registry import TOY
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.quality.evaluate import TARGETS, round_trip
 
@@ -56,15 +56,15 @@ def test_quality_refuses_an_unknown_model(reelbatch):
 
 
 def test_naming_toy_without_its_weights_says_how_to_train_it():
-    """`toy` is registered only while engine/toy/weights holds a model; without it the error says how to make one."""
-    from engine.models import TINY, Registry
+    """`toy` is registered only while engine/models/toy holds a model; without it the error says how to make one."""
+    from engine.models.registry import TINY, Registry
     from jobs.errors import UsageError
     from jobs.quality.evaluate import native_shape
 
     with pytest.raises(UsageError) as caught:
         native_shape(Registry({"tiny": TINY}), "toy")
     assert "'toy' is not registered" in str(caught.value)
-    assert "reelbatch toy train --out engine/toy/weights" in str(caught.value)
+    assert "reelbatch toy train --out engine/models/toy" in str(caught.value)
 
 
 def test_the_contact_sheet_refuses_an_empty_prompt(reelbatch, tmp_path):

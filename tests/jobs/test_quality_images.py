@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.metrics import psnr
-from engine.models import TOY, TOY_WEIGHTS, builtin_models
-from engine.models_file import load_registry
-from engine.toy.judge import judge_clip
-from engine.toy.world import parse_prompt
+from engine.frames.metrics import psnr
+from engine.levers.config import EngineConfig
+from engine.models.file import load_registry
+from engine.models.registry import TOY, TOY_WEIGHTS, builtin_models
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.quality.evaluate import round_trip
 from jobs.quality.images import IMAGE_TARGETS, image_set
+from toyworld.judge import judge_clip
+from toyworld.world import parse_prompt
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,7 +120,7 @@ def test_the_image_contact_sheet_shows_the_picture_then_the_decoded_frames(quick
         assert psnr(tiles, round_trip(video.frames, 8)) >= 30, f"row {row}: the decoded MP4"
 
 
-@pytest.mark.skipif("toy-i2v" not in builtin_models(), reason="engine/toy/weights-i2v holds no transformer")
+@pytest.mark.skipif("toy-i2v" not in builtin_models(), reason="engine/models/toy-i2v holds no transformer")
 def test_the_shipped_toy_i2v_meets_the_targets_less_ten_points(tmp_path, model_cache):
     """The committed `toy-i2v` on 16 triples of the image set (every attribute value), judged after MP4."""
     proc = cli(tmp_path, model_cache, "quality", "--images", "--count", "16", "--json")

@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from engine.toy.world import ATTRIBUTES, BACKGROUNDS, COLOURS, DIRECTIONS, SHAPES, parse_prompt
 from engine.types import Shape
 from jobs.quality.evaluate import REFERENCE_PSNR_DB, compare_references, save_references
 from jobs.quality.sample import Case, sample_set
+from toyworld.world import ATTRIBUTES, BACKGROUNDS, COLOURS, DIRECTIONS, SHAPES, parse_prompt
 
 VALUES = {"colour": set(COLOURS), "shape": set(SHAPES), "direction": set(DIRECTIONS), "background": set(BACKGROUNDS)}
 

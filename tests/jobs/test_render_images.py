@@ -11,7 +11,7 @@ from PIL import Image
 from sqlalchemy import select
 
 from engine.engine import Engine
-from engine.images import fit_image
+from engine.frames.images import fit_image
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.db import submission
 from jobs.db.connect import session_factory
@@ -152,9 +152,9 @@ def _seed(factory) -> int:
 
 def test_a_long_video_from_a_picture_on_the_pipeline_image_path_finishes_as_one_mp4(farm):
     """`tiny-i2v` (image_condition: pipeline, a 33-frame window): 6 s at 8 fps is 49 frames, two chunks, the second
-    conditioned on the first's last frames (engine.i2v); the stored MP4 decodes to 49 frames and is the video
+    conditioned on the first's last frames (engine.loop.i2v); the stored MP4 decodes to 49 frames and is the video
     Engine.render_long makes in one process."""
-    from engine.chunks import plan
+    from engine.long.chunks import plan
 
     settings, factory, engine, submit, tmp_path = farm
     (tmp_path / "a.png").write_bytes(png(picture(8, 32, 32)))

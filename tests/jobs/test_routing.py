@@ -162,8 +162,8 @@ def test_a_worker_without_a_models_gate_leaves_its_work_and_status_says_why(fact
     """toy-fast is distilled: a worker whose cache holds no passing gate for it serves the rest and claims none of
     its work (jobs.render.serving.serving), its session marks it ungated, and `status` names the missing gate. Once a
     passing record of 32 videos exists for its files, the same worker's next claim takes it."""
-    from engine import gates
     from engine.engine import Engine
+    from engine.levers import gates
     from jobs.render.serving import gated_models, serving
 
     submit(factory, registry, tmp_path, "f", "toy-fast", 2, rank=0)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sqlalchemy import func, select, update
 
-from engine.models import Registry
+from engine.models.registry import Registry
 from jobs.claims import claims, leases
 from jobs.cost.prices import Rate
 from jobs.db import queries, submission

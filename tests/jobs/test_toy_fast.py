@@ -1,17 +1,17 @@
-"""The shipped `toy-fast` (engine/toy/weights-fast): 4 steps of one transformer pass, judged as `toy` is on the
+"""The shipped `toy-fast` (engine/models/toy-fast): 4 steps of one transformer pass, judged as `toy` is on the
 80-pair quality set after MP4 against its teacher, and on long videos rendered in chunks."""
 
 import pytest
 
-from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.gates import UngatedSetting
-from engine.models import Registry
-from engine.toy import distill_report
+from engine.levers.config import EngineConfig
+from engine.levers.gates import UngatedSetting
+from engine.models.registry import Registry
 from engine.types import RenderBatch, RenderRequest
 from jobs.quality.distilled import long_cases
 from jobs.quality.evaluate import round_trip
 from jobs.quality.sample import sample_set
+from toyworld import distill_report
 
 
 def test_toy_fast_is_four_transformer_calls_of_the_batch_and_no_unconditional_pass(tmp_path):

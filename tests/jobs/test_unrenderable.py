@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from engine.engine import Engine
-from engine.models import Registry
+from engine.models.registry import Registry
 from jobs.db import submission
 from jobs.db.connect import session_factory
 from jobs.db.rows import Video

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.models_file import load_registry
+from engine.models.file import load_registry
 from jobs.manifest import ManifestError, load_manifest
 from tests.engine.wan22 import write_models_file
 

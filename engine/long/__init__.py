@@ -1,0 +1,1 @@
+"""Long videos: a chain of same-shape chunks (the plan, each chunk's seed) and their latents stitched."""
