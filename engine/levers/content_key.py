@@ -3,7 +3,7 @@
 A gate says a lever is safe on particular weights, so its key is those weights' content: it changes when any byte
 of them does, and it stays the same for the same files copied elsewhere (another folder, another machine of the
 fleet, new modification times), so a record made on one machine serves every worker holding those files. The
-covered files: the model folder's parts (engine.levers.text_cache.ALL_PARTS: model_index.json,
+covered files: the model folder's parts (ALL_PARTS: model_index.json,
 scheduler, text encoder, tokenizer, transformer(s), VAE; not its README or stored references, which measuring
 rewrites), its base folder's where it has one, each adapter file, and the light decoder's folder; plus what no
 file holds (each adapter's scale and expert, the sampler).
@@ -22,12 +22,14 @@ import os
 import tempfile
 from pathlib import Path
 
-from engine.levers.text_cache import ALL_PARTS
 from engine.models.registration import HIGH_NOISE
 from engine.models.registry import ModelInfo
 
 HASHES_FILE = "quality-gates.hashes.json"
 _CHUNK = 1 << 20
+# The parts of a diffusers folder a gate covers. Here, not in engine.levers.text_cache (which imports torch), so that
+# `reelbatch models` reads gate states without importing torch.
+ALL_PARTS = ("model_index.json", "scheduler", "text_encoder", "tokenizer", "transformer", "transformer_2", "vae")
 
 
 def folder_files(folder: Path, parts: tuple[str, ...] = ALL_PARTS) -> list[Path]:

@@ -2,14 +2,14 @@
 step_scale), 8-bit attention kernels (EngineConfig.attention "sage"...), a precision below native
 (engine.levers.precision: setting `precision=MODE`, alone or after the accelerators' key), and distilled registrations.
 
-A lever trades output for speed, so no worker uses one on faith: `reelbatch bench quality` renders a sample (the
-toy world's judged set, the user's own manifest, or the shipped prompt set; jobs.quality.prompts) in exact mode and
-with the lever, and records here whether the lever stayed faithful to exact mode on the same prompts and seeds (the
-rules and their thresholds: engine.levers.gate_rules): the
-set's mean PSNR at MIN_PSNR_DB or more, every video's SSIM at SSIM_FLOOR or more, and, where a judge reads the
-prompts (the toy world), adherence within ADHERENCE_POINTS of exact mode's. The engine loads a model with a lever
-only when a passing record of at least MIN_SAMPLE videos exists for that model's content key
-(engine.levers.content_key.gate_key: the SHA-256 of every file it covers) and that exact setting (EngineConfig.lossy()).
+A lever trades output for speed, so no worker uses one on faith: `reelbatch bench quality` renders a sample (the toy
+world's judged set, the user's own manifest, or the shipped prompt set; jobs.quality.prompts) in exact mode and with the
+lever, and records here whether the lever stayed faithful to exact mode on the same prompts and seeds (the rules and
+their thresholds: engine.levers.gate_rules): the set's mean PSNR at MIN_PSNR_DB or more, every video's SSIM at
+SSIM_FLOOR or more, and, where a judge reads the prompts (the toy world), adherence within ADHERENCE_POINTS of exact
+mode's. The engine loads a model with a lever only when a passing record of at least MIN_SAMPLE videos exists for that
+model's content key (engine.levers.content_key.gate_key: the SHA-256 of every file it covers) and that exact setting
+(EngineConfig.lossy()).
 
 A distilled registration (one naming a `teacher`: a few-step, guidance-free student) is another model, not a
 same-trajectory lever, so its gate (setting DISTILLED) asks other things of it against the teacher on the same
@@ -33,7 +33,9 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
+from typing import assert_never
 
 import numpy as np
 
@@ -161,40 +163,65 @@ def record(cache_dir: Path, gate: Gate) -> None:
     os.replace(tmp, path)
 
 
+class GateState(Enum):
+    """Where a model's gate for one setting stands (`state`); only PASSED lets a worker use it."""
+
+    PASSED = "passed"
+    NOT_MEASURED = "not measured"
+    OTHER_RECIPE = "measured with another quantization"
+    FAILED = "failed"
+    TOO_FEW = "passed on too few videos"
+
+
+def state(records: dict[str, dict], identity: str, setting: str) -> tuple[GateState, dict | None]:
+    """The state of `setting`'s gate on the model of `identity` among `records` (`load`), and its record where one
+    is kept. What `require` refuses by, and what `reelbatch models` shows, so the two cannot disagree."""
+    found = records.get(f"{identity}|{setting}")
+    if found is None:
+        return GateState.NOT_MEASURED, None
+    if found.get("recipe", "") != precision.recipe(setting):
+        return GateState.OTHER_RECIPE, found
+    if not found["passed"]:
+        return GateState.FAILED, found
+    if found["count"] < MIN_SAMPLE:
+        return GateState.TOO_FEW, found
+    return GateState.PASSED, found
+
+
 def require(cache_dir: Path, model: str, identity: str, setting: str) -> dict:
     """The passing gate for `setting` on this model; else UngatedSetting saying what to run."""
-    found = load(cache_dir).get(f"{identity}|{setting}")
+    gate, found = state(load(cache_dir), identity, setting)
     if setting == DISTILLED:
         how = f"measure it against its teacher with `reelbatch bench quality --model {model}`"
-        if found is None:
-            raise UngatedSetting(f"model {model!r} is distilled and has no recorded quality gate against its teacher "
-                                 f"(as its files are now): {how}", setting)
-        if not found["passed"]:
-            raise UngatedSetting(f"model {model!r} failed its distilled quality gate against its teacher "
-                                 f"({'; '.join(found['failures'])}); after changing its files, {how}", setting)
-        _require_sample(found, f"model {model!r}'s distilled quality gate", how)
-        return found
-    how = f"measure it with `{measure_command(model, setting)}`"
-    if found is None:
-        raise UngatedSetting(f"lossy setting {setting} has no recorded quality gate for model {model!r} (as its "
-                             f"files are now): {how}, or turn it off", setting)
-    now = precision.recipe(setting)
-    if found.get("recipe", "") != now:
-        raise UngatedSetting(f"lossy setting {setting}'s quality gate for model {model!r} was measured with another "
-                             f"quantization ({found.get('recipe') or 'unrecorded'}; now: {now}): {how} again, or turn "
-                             "it off", setting)
-    if not found["passed"]:
-        raise UngatedSetting(f"lossy setting {setting} failed its quality gate for model {model!r} "
-                             f"({'; '.join(found['failures'])}): turn it off or choose another setting", setting)
-    _require_sample(found, f"lossy setting {setting}'s quality gate for model {model!r}", how)
-    return found
-
-
-def _require_sample(found: dict, what: str, how: str) -> None:
-    if found["count"] < MIN_SAMPLE:
-        raise UngatedSetting(f"{what} passed on {found['count']} videos, under the {MIN_SAMPLE} a gate needs to "
-                             f"release a lever: {how} on {MIN_SAMPLE} or more (--count, or --prompts with that many "
-                             f"videos)", found["setting"])
+        what = f"model {model!r}'s distilled quality gate"
+    else:
+        how = f"measure it with `{measure_command(model, setting)}`"
+        what = f"lossy setting {setting}'s quality gate for model {model!r}"
+    match gate:
+        case GateState.PASSED:
+            assert found is not None
+            return found
+        case GateState.NOT_MEASURED if setting == DISTILLED:
+            message = (f"model {model!r} is distilled and has no recorded quality gate against its teacher (as its "
+                       f"files are now): {how}")
+        case GateState.NOT_MEASURED:
+            message = (f"lossy setting {setting} has no recorded quality gate for model {model!r} (as its files are "
+                       f"now): {how}, or turn it off")
+        case GateState.OTHER_RECIPE:
+            message = (f"{what} was measured with another quantization ({found.get('recipe') or 'unrecorded'}; now: "
+                       f"{precision.recipe(setting)}): {how} again, or turn it off")
+        case GateState.FAILED if setting == DISTILLED:
+            message = (f"model {model!r} failed its distilled quality gate against its teacher "
+                       f"({'; '.join(found['failures'])}); after changing its files, {how}")
+        case GateState.FAILED:
+            message = (f"lossy setting {setting} failed its quality gate for model {model!r} "
+                       f"({'; '.join(found['failures'])}): turn it off or choose another setting")
+        case GateState.TOO_FEW:
+            message = (f"{what} passed on {found['count']} videos, under the {MIN_SAMPLE} a gate needs to release a "
+                       f"lever: {how} on {MIN_SAMPLE} or more (--count, or --prompts with that many videos)")
+        case _:
+            assert_never(gate)
+    raise UngatedSetting(message, setting)
 
 
 def measure_command(model: str, setting: str) -> str:

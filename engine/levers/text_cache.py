@@ -20,7 +20,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 TEXT_PARTS = ("text_encoder", "tokenizer")
-ALL_PARTS = ("model_index.json", "scheduler", "text_encoder", "tokenizer", "transformer", "transformer_2", "vae")
 
 
 def model_identity(folder: Path, parts: tuple[str, ...] = TEXT_PARTS) -> str:

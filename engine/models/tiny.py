@@ -17,7 +17,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
+# torch, diffusers and transformers are imported in the builders: naming a built-in's folder (builtin_folder) needs
+# none of them.
 
 # Bump when the config below changes, so an old cached build is never loaded for a new config.
 TINY_VERSION = "tiny-v1"
@@ -66,6 +67,7 @@ def _transformer(channels: int):
 
 def build_tiny_pipeline():
     """The tiny WanPipeline in memory, deterministic from TINY_SEED."""
+    import torch
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
 
     tokenizer = build_byte_tokenizer()
@@ -96,6 +98,7 @@ def build_tiny_a14b_pipeline():
     low-noise `transformer_2` (different random weights), switched at boundary_ratio 0.875 (the published
     model_index.json; Wan2.2's wan/configs/wan_t2v_A14B.py: boundary 0.875). At 4 steps its timesteps are 999, 900,
     750, 500: two steps on each expert."""
+    import torch
     from diffusers import AutoencoderKLWan, WanPipeline
 
     tokenizer = build_byte_tokenizer()
@@ -114,6 +117,7 @@ def build_tiny_ti2v_pipeline():
     channels, 3 down-samplings: 16x spatial and 4x temporal, z_dim 48, as the published vae/config.json), a
     48-channel transformer with 2x2 patches (so sides are multiples of 32), and expand_timesteps=True (a timestep
     per token)."""
+    import torch
     from diffusers import AutoencoderKLWan, WanPipeline
 
     tokenizer = build_byte_tokenizer()
@@ -135,6 +139,7 @@ def build_tiny_i2v_pipeline():
     """`tiny-i2v`: diffusers' Wan 2.1 image-to-video architecture (WanImageToVideoPipeline: a CLIP image encoder,
     and a transformer that reads 16 latent + 4 mask + 16 condition channels and attends to the image's embedding)
     at toy widths, random weights, deterministic from TINY_SEED. Its text encoder, tokenizer and VAE are `tiny`'s."""
+    import torch
     import transformers
     from diffusers import WanImageToVideoPipeline, WanTransformer3DModel
     from transformers import CLIPVisionConfig, CLIPVisionModel
@@ -179,6 +184,11 @@ BUILDS: dict[str, tuple[str, Callable[[], object]]] = {
     "tiny": (TINY_VERSION, build_tiny_pipeline),
     "tiny-i2v": (TINY_I2V_VERSION, build_tiny_i2v_pipeline),
 }
+
+
+def builtin_folder(cache_dir: Path, name: str) -> Path:
+    """Where the built-in model `name` is saved under `cache_dir` (built there on first use: ensure_builtin)."""
+    return Path(cache_dir) / "models" / BUILDS[name][0]
 
 
 def ensure_builtin(cache_dir: Path, name: str) -> Path:

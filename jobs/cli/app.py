@@ -9,6 +9,7 @@ import typer
 from jobs.cli.bench import bench_app
 from jobs.cli.db import db_app
 from jobs.cli.download import download
+from jobs.cli.models import models_cmd
 from jobs.cli.notifications import notifications_cmd
 from jobs.cli.plan import budget, estimate
 from jobs.cli.prune import prune
@@ -48,6 +49,7 @@ app.add_typer(schedule_app, name="schedule")
 app.command()(beat)
 app.add_typer(db_app, name="db")
 app.command("settings")(settings_cmd)
+app.command("models")(models_cmd)
 app.command()(quality)
 app.add_typer(bench_app, name="bench")
 app.add_typer(toy_app, name="toy")

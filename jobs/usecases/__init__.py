@@ -9,5 +9,5 @@ and says how it is going only through a `Feedback` (silent unless the caller sho
 Modules: feedback (what a long use case reports as it goes), submit (a manifest checked and recorded, its work
 queued), estimate (what it would cost, writing nothing), runs (status, cancel, resume, budget), reports (a run's
 report, result files, HTML, capacity, the ledger), download (a run's files fetched, checksums checked), teams
-(teams and tokens), schedules, notifications.
+(teams and tokens), schedules, notifications, models (every model a manifest may name, with its gate states).
 """

@@ -19,6 +19,8 @@ LIGHT = [
     ["ledger"],
     ["schedule", "list"],
     ["settings"],
+    ["models"],
+    ["models", "--json"],
     ["cancel", "demo"],
     ["notifications", "demo"],
     ["resume", "demo"],
