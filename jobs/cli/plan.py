@@ -40,8 +40,10 @@ def _money(usd: float | None) -> str:
 
 
 def print_estimate(d: dict) -> None:
+    left_out = d["storage_unknown_videos"]
+    part = f" ({left_out} videos unknown)" if left_out and d["cost"] and d["cost"]["storage_usd"] is not None else ""
     total = (f"{d['gpu_seconds']:.1f} GPU-s, {_money(d['cost_usd'])} (GPU {_money(d['cost']['gpu_usd'])}, storage "
-             f"{_money(d['cost']['storage_usd'])}, egress {_money(d['cost']['egress_usd'])})"
+             f"{_money(d['cost']['storage_usd'])}{part}, egress {_money(d['cost']['egress_usd'])}{part})"
              if d["cost_usd"] is not None else
              f"cost unknown: {d['unknown_videos']} videos have no basis (known part: {d['known']['videos']} videos, "
              f"{d['known']['gpu_seconds']:.1f} GPU-s, ${d['known']['cost_usd']:.6f})")

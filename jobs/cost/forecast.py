@@ -84,8 +84,11 @@ def estimate(spec: RunSpec, est: Estimator, *, rate: Rate, storage: StoragePrice
     complete = len(known) == len(per_shape)
     gpu_s = sum(e.gpu_seconds for e in known)
     micro = {k: sum(getattr(e, f"{k}_micro") or 0 for e in known) for k in ("gpu", "storage", "egress")}
-    cost = {f"{k}_usd": m / 1e6 for k, m in micro.items()}
     cost_usd = sum(micro.values()) / 1e6
+    # Storage and egress are known only from bytes already stored of a shape: where no shape has any, they are
+    # unknown (None), not $0; where some have, the sum of those, and storage_unknown_videos says how many are left out.
+    bytes_known = any(e.bytes_per_video_s is not None for e in known)
+    cost = {f"{k}_usd": (m / 1e6 if k == "gpu" or bytes_known else None) for k, m in micro.items()}
     before = ahead(est, queue, unit_rank(spec.priority, now, spec.deadline))
     finish = finish_s(before.seconds + gpu_s, workers) if complete else None
     finishes_at = None if finish is None else now + timedelta(seconds=finish)

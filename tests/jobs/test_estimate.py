@@ -113,6 +113,7 @@ def test_with_no_history_the_bench_profile_is_scaled_by_work(world):
     assert list(recorded) == ["tiny"], "the shipped profiles stay out of the user's file"
     assert e["gpu_seconds"] == 18.0 and e["cost"]["gpu_usd"] == 0.018
     assert e["storage_unknown_videos"] == 2 and twice["cost"]["storage_usd"] is None, "nothing of it stored yet"
+    assert (e["cost"]["storage_usd"], e["cost"]["egress_usd"]) == (None, None), "unknown in the total too, not $0"
 
 
 def test_with_nothing_known_there_is_no_number(world):
