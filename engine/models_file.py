@@ -17,6 +17,7 @@ from engine.models import MODEL_NAME, WAN_DEFAULTS, ModelDefaults, ModelInfo, Re
 from engine.models_keys import REGISTRATION_KEYS, read_models_file
 from engine.precision import check_mode
 from engine.registration import Problem, parse_adapters, parse_clip, parse_decoder, parse_sampler, wrap
+from engine.shape_rules import check_registration, read_rules
 from engine.video_checks import DEFAULT_THRESHOLDS, Thresholds
 
 _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__dataclass_fields__}
@@ -109,7 +110,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
             precision=_precision(where, entry.get("precision")),
             text_encoder_precision=_precision(where, entry.get("text_encoder_precision"), "text_encoder_precision"),
             checks=_checks(models_file, name, entry.get("checks")),
+            rules=read_rules(path, base, where),
         )
+        check_registration(registry.models[str(name)], line, given, facts.family)
     for info in registry.models.values():
         if info.teacher is not None and (info.teacher not in registry or info.teacher == info.name):
             raise ModelNotFound(f"{models_file}: model {info.name!r}: teacher: {info.teacher!r} is not another "
