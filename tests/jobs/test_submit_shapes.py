@@ -10,6 +10,7 @@ The numbers, by hand, from the folders' config files:
   multiples of 8 x 2 = 16, up to 256 x 16 = 4096 px, beyond the manifest's 2048.
 """
 
+import dataclasses
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from engine.models import TOY_WEIGHTS, Registry
 from engine.models_file import load_registry
 from engine.shape_rules import TINY_RULES, read_rules
 from engine.tiny import ensure_tiny
+from jobs.manifest import ManifestError, load_manifest
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif("toy" not in Registry().models, reason="the toy model's weights are not in place")
@@ -165,3 +167,21 @@ def test_the_rules_are_the_folders_own(model_cache):
     assert Registry().get("toy").rules == toy
     assert read_rules(ensure_tiny(model_cache)) == TINY_RULES == Registry().get("tiny").rules
     assert (TINY_RULES.vae_spatial, TINY_RULES.patch, TINY_RULES.rope_max_seq_len) == (8, (1, 2, 2), 256)
+
+
+def test_a_registrations_own_default_size_is_checked_as_a_manifests(tmp_path):
+    """A registration made in code (not read from a models file, whose defaults are checked when it is read) whose
+    default size its folder cannot render: each video that inherits it is refused at its own line."""
+    registry = Registry()
+    toy = registry.get("toy")
+    registry.models["toy"] = dataclasses.replace(toy, defaults=dataclasses.replace(toy.defaults, width=832,
+                                                                                   height=480))
+    path = tmp_path / "m.yaml"
+    path.write_text(one_video("toy") + f"  - {{id: b, prompt: {PROMPT}, resolution: 32x32}}\n")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path, registry=registry)
+    ((line, field, message),) = [(i.line, i.field, i.message) for i in caught.value.issues]
+    assert (line, field) == (5, "videos[0].resolution")
+    assert message == ("width 832 (toy's default 832x480; the video sets none) is 104 patches, over the 64 positions "
+                       "of its rotary embedding (toy: transformer/config.json rope_max_seq_len 64, VAE factor 4 x "
+                       "patch 2): at most 512")
