@@ -21,7 +21,7 @@ from engine.errors import ModelNotFound
 from engine.models import TOY_WEIGHTS, Registry
 from engine.models_file import load_registry
 from engine.shape_rules import TINY_RULES, read_rules
-from engine.tiny import ensure_tiny
+from engine.tiny import ensure_builtin
 from jobs.manifest import ManifestError, load_manifest
 from tests.conftest import REPO
 
@@ -165,7 +165,8 @@ def test_the_rules_are_the_folders_own(model_cache):
     assert (toy.vae_spatial, toy.vae_temporal, toy.patch, toy.rope_max_seq_len, toy.multiple) == (4, 2, (1, 2, 2),
                                                                                                   64, 16)
     assert Registry().get("toy").rules == toy
-    assert read_rules(ensure_tiny(model_cache)) == TINY_RULES == Registry().get("tiny").rules
+    for name in ("tiny", "tiny-i2v"):
+        assert read_rules(ensure_builtin(model_cache, name)) == TINY_RULES == Registry().get(name).rules
     assert (TINY_RULES.vae_spatial, TINY_RULES.patch, TINY_RULES.rope_max_seq_len) == (8, (1, 2, 2), 256)
 
 
