@@ -18,6 +18,7 @@ from engine.models.families import PUBLISHED, FolderFacts, Published, check_imag
 from engine.models.keys import REGISTRATION_KEYS, read_models_file
 from engine.models.registration import Problem, parse_adapters, parse_clip, parse_decoder, parse_sampler, wrap
 from engine.models.registry import MODEL_NAME, WAN_DEFAULTS, ModelDefaults, ModelInfo, Registry
+from engine.models.shape_rules import check_registration, read_rules
 
 _DEFAULT_FIELDS = {f: type(getattr(WAN_DEFAULTS, f)) for f in ModelDefaults.__dataclass_fields__}
 
@@ -109,7 +110,9 @@ def load_registry(models_file: Path | None = None) -> Registry:
             precision=_precision(where, entry.get("precision")),
             text_encoder_precision=_precision(where, entry.get("text_encoder_precision"), "text_encoder_precision"),
             checks=_checks(models_file, name, entry.get("checks")),
+            rules=read_rules(path, base, where),
         )
+        check_registration(registry.models[str(name)], line, given, facts.family)
     for info in registry.models.values():
         if info.teacher is not None and (info.teacher not in registry or info.teacher == info.name):
             raise ModelNotFound(f"{models_file}: model {info.name!r}: teacher: {info.teacher!r} is not another "

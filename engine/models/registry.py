@@ -16,6 +16,7 @@ from engine.frames.video_checks import DEFAULT_THRESHOLDS, Thresholds
 from engine.long.chunks import ChunkPlan, plan
 from engine.models.families import PUBLISHED
 from engine.models.registration import Adapter, Sampler
+from engine.models.shape_rules import TINY_RULES, ShapeRules, read_rules
 
 # The longest video: this many windows (Wan: 64 x ~4.75 s, about 5 minutes at 16 fps).
 MAX_CHUNKS = 64
@@ -101,6 +102,9 @@ class ModelInfo:
     # The limits every rendered video of this model is checked against (engine.frames.video_checks): the documented
     # defaults, or the models file's `checks:` mapping over them.
     checks: Thresholds = DEFAULT_THRESHOLDS
+    # What its folder's configs allow (engine.models.shape_rules): checked at submit against every video's size, and
+    # against its defaults and window when the models file is read. None: not read (spatial_multiple alone).
+    rules: ShapeRules | None = None
 
     def chunk_plan(self, frames: int) -> ChunkPlan:
         """How a video of `frames` is rendered: one pass, or chunks of the window."""
@@ -127,6 +131,7 @@ TINY = ModelInfo(
     image_condition="first_frame",
     # Random weights draw noise by design: not held to the structure check (engine.frames.video_checks).
     checks=Thresholds(min_structure=0.0),
+    rules=TINY_RULES,
 )
 
 # `tiny`'s image-to-video sibling: diffusers' Wan 2.1 I2V architecture (engine.models.tiny.build_tiny_i2v_pipeline),
@@ -175,11 +180,14 @@ def builtin_models() -> dict[str, ModelInfo]:
     and `toy-i2v` once its transformer is in place (`reelbatch toy first-frame`)."""
     models = {"tiny": TINY, "tiny-i2v": TINY_I2V}
     if (TOY_WEIGHTS / "model_index.json").is_file():
-        models["toy"] = TOY
+        # The shape rules from the folder's own configs, as a models file's registration reads them.
+        rules = read_rules(TOY_WEIGHTS, where="built-in model 'toy'")
+        models["toy"] = dataclasses.replace(TOY, rules=rules)
         if TOY_FAST.adapters[0].path.is_file() and TOY_FAST.decoder is not None and TOY_FAST.decoder.is_dir():
-            models["toy-fast"] = TOY_FAST
+            models["toy-fast"] = dataclasses.replace(TOY_FAST, rules=rules)
         if (TOY_I2V_WEIGHTS / "transformer" / "config.json").is_file():
-            models["toy-i2v"] = TOY_I2V
+            models["toy-i2v"] = dataclasses.replace(
+                TOY_I2V, rules=read_rules(TOY_I2V_WEIGHTS, TOY_WEIGHTS, where="built-in model 'toy-i2v'"))
     return models
 
 

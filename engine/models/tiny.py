@@ -19,6 +19,7 @@ from pathlib import Path
 
 # torch, diffusers and transformers are imported in the builders: naming a built-in's folder (builtin_folder) needs
 # none of them.
+from engine.models.shape_rules import TINY_RULES
 
 # Bump when the config below changes, so an old cached build is never loaded for a new config.
 TINY_VERSION = "tiny-v1"
@@ -57,11 +58,12 @@ def _text_encoder(tokenizer):
 def _transformer(channels: int):
     from diffusers import WanTransformer3DModel
 
-    # rope_max_seq_len must cover the largest latent dimension (2048 px / 8 = 256 latent cells).
+    # Its patch and rotary positions are TINY_RULES', the shape rules a manifest is checked against: 256 positions
+    # of 2x2 patches cover 4096 px a side, beyond the 2048 a manifest may ask for.
     return WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=channels,
+        patch_size=TINY_RULES.patch, num_attention_heads=2, attention_head_dim=16, in_channels=channels,
         out_channels=channels, text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads", rope_max_seq_len=256,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=TINY_RULES.rope_max_seq_len,
     )
 
 
@@ -158,9 +160,10 @@ def build_tiny_i2v_pipeline():
         # Wan2.1-I2V's layout at toy widths: image_dim is the image encoder's width, added_kv_proj_dim the
         # transformer's (heads x head dim).
         transformer = WanTransformer3DModel(
-            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=36, out_channels=16,
-            text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
-            qk_norm="rms_norm_across_heads", rope_max_seq_len=256, image_dim=16, added_kv_proj_dim=32,
+            patch_size=TINY_RULES.patch, num_attention_heads=2, attention_head_dim=16, in_channels=36,
+            out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads", rope_max_seq_len=TINY_RULES.rope_max_seq_len, image_dim=16,
+            added_kv_proj_dim=32,
         )
     image_processor = processor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     return WanImageToVideoPipeline(tokenizer=base.tokenizer, text_encoder=base.text_encoder, vae=base.vae,

@@ -42,6 +42,10 @@ def translate(exc: BaseException) -> UsageError | None:
     if isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
         return UsageError(f"the database cannot be reached (REELBATCH_DATABASE_URL {database}): {_first_line(exc)}; "
                           "check the URL and that its server is running")
+    if type(exc) is sqlalchemy.exc.DatabaseError:  # the exact class, not its subclasses (IntegrityError, ...)
+        # SQLite's "file is not a database": the URL names a file that is something else.
+        return UsageError(f"the database cannot be opened (REELBATCH_DATABASE_URL {database}): {_first_line(exc)}; "
+                          "check that the URL names a reelbatch database")
     if isinstance(exc, kombu.exceptions.OperationalError):
         broker = _setting("REELBATCH_BROKER_URL", "the SQLite file reelbatch-broker.db in this folder")
         return UsageError(f"the broker cannot be reached (REELBATCH_BROKER_URL {broker}): {_first_line(exc)}; "

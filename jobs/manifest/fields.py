@@ -249,20 +249,35 @@ def check_preset(value: object, text: str | None) -> str:
 _SIZE = re.compile(r"([0-9]{1,5})[xX]([0-9]{1,5})")  # ASCII digits: \d would take '１２' and '١٢' as 12
 
 
-def check_resolution(value: object, text: str | None, multiple: int) -> tuple[int, int]:
+def check_resolution(value: object, text: str | None, model: ModelInfo | None) -> tuple[int, int]:
+    """WIDTHxHEIGHT or a preset, each side within the manifest's bounds and one `model` renders (without a model,
+    unregistered, any side in bounds passes)."""
     s = _string(value, text)
     if s in RESOLUTION_PRESETS:
-        return RESOLUTION_PRESETS[s]
-    m = _SIZE.fullmatch(s)
-    if not m:
-        raise FieldError(f"must be WIDTHxHEIGHT (e.g. 832x480) or one of {', '.join(RESOLUTION_PRESETS)}, got {shown(s)}")
-    width, height = int(m[1]), int(m[2])
+        width, height = RESOLUTION_PRESETS[s]
+    else:
+        m = _SIZE.fullmatch(s)
+        if not m:
+            raise FieldError(f"must be WIDTHxHEIGHT (e.g. 832x480) or one of {', '.join(RESOLUTION_PRESETS)}, "
+                             f"got {shown(s)}")
+        width, height = int(m[1]), int(m[2])
     for side, n in (("width", width), ("height", height)):
-        if not MIN_SIDE <= n <= MAX_SIDE or n % multiple:
-            raise FieldError(
-                f"{side} {n} in {shown(s)} must be a multiple of {multiple} from {MIN_SIDE} to {MAX_SIDE}"
-            )
+        if not MIN_SIDE <= n <= MAX_SIDE:
+            raise FieldError(f"{side} {n} in {shown(s)} must be from {MIN_SIDE} to {MAX_SIDE}")
+        problem = side_problem(model, side, n)
+        if problem is not None:
+            raise FieldError(f"{side} {n} in {shown(s)} {problem}")
     return width, height
+
+
+def side_problem(model: ModelInfo | None, side: str, n: int) -> str | None:
+    """Why `model` cannot render a `side` of `n` pixels (engine.models.shape_rules: its folder's grid and rotary
+    positions), as the words after the value; None if it can."""
+    if model is None:
+        return None
+    if model.rules is not None:
+        return model.rules.side_problem(model.name, side, n, model.spatial_multiple)
+    return f"is not a multiple of {model.spatial_multiple}" if n % model.spatial_multiple else None
 
 
 def plan_frames(model: ModelInfo, duration_s: float, fps: int) -> int:
@@ -284,15 +299,14 @@ def plan_frames(model: ModelInfo, duration_s: float, fps: int) -> int:
 
 def video_checks(model: ModelInfo | None,
                  image: Callable[[object, str | None], object]) -> dict[str, Callable[[object, str | None], object]]:
-    """Field name -> checker for a video or `defaults` entry. Without a model (unregistered), any multiple passes.
-    `image`: the manifest's image checker (jobs.manifest.images.ImageChecker), which knows its folder."""
-    multiple = model.spatial_multiple if model else 1
+    """Field name -> checker for a video or `defaults` entry. Without a model (unregistered), any size in bounds
+    passes. `image`: the manifest's image checker (jobs.manifest.images.ImageChecker), which knows its folder."""
     return {
         "id": check_name,
         "prompt": check_prompt,
         "negative_prompt": check_negative_prompt,
         "seed": check_seed,
-        "resolution": lambda v, t: check_resolution(v, t, multiple),
+        "resolution": lambda v, t: check_resolution(v, t, model),
         "duration_s": check_duration,
         "fps": check_fps,
         "steps": check_steps,

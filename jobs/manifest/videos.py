@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Sequence
 
 from engine.models.registry import ModelInfo
-from jobs.manifest.fields import OPTION_RUN_FIELDS, SET_RUN_FIELDS, VIDEO_FIELDS, plan_frames
+from jobs.manifest.fields import OPTION_RUN_FIELDS, SET_RUN_FIELDS, VIDEO_FIELDS, plan_frames, side_problem
 from jobs.manifest.specs import VideoSpec
 from jobs.manifest.values import INVALID, FieldError, Item, Map, shown
 from jobs.manifest.yaml_read import yaml_scalar
@@ -138,6 +138,16 @@ def read_video(item: Item, prefix: str, defaults, checks, info, seen, defaults_t
         return defaults.get(key, (fallback,))[0]  # INVALID: reported at `defaults`
 
     size = get("resolution", (d.width, d.height))
+    if "resolution" not in vmap.items and "resolution" not in defaults:
+        # The model's own default size, checked as a manifest's (a models file's defaults are checked when it is
+        # read, engine.models.shape_rules.check_registration; this holds for any registration).
+        for side, n in (("width", d.width), ("height", d.height)):
+            problem = side_problem(info, side, n)
+            if problem is not None:
+                report(line, prefix + "resolution", f"{side} {n} ({info.name}'s default {d.width}x{d.height}; "
+                                                    f"the video sets none) {problem}{via}")
+                size = INVALID
+                break
     image, fit = get("image", None), get("fit", None)
     values = dict(prompt=get("prompt", None), negative_prompt=get("negative_prompt", None), seed=get("seed", None),
                   duration_s=get("duration_s", d.duration_s), fps=get("fps", d.fps), steps=get("steps", d.steps),

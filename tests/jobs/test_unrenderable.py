@@ -2,7 +2,13 @@
 render path (claim -> engine -> store -> rows). `tiny` renders every shape a manifest admits (16x16 to 2048 px a
 side, up to its 33-frame window: tried), so the model is `toy`, whose transformer's position table (rope_max_seq_len
 64) covers 64 patches a side: 2048 px is 256 of them, and its first transformer call raises `RuntimeError: shape
-'[1, 256, 1, -1]' is invalid for input of size 640`, as every later attempt would."""
+'[1, 256, 1, -1]' is invalid for input of size 640`, as every later attempt would.
+
+Submit refuses that shape now (engine.models.shape_rules; tests/jobs/test_submit_shapes.py), so the run is recorded as one
+submitted before the rule was read would be: against a registration of `toy` without its rules. The render path
+must still fail such a video at once, whatever let it in."""
+
+import dataclasses
 
 import pytest
 from sqlalchemy import select
@@ -31,7 +37,9 @@ def world(tmp_path, model_cache):
                         "  - {id: tall1, prompt: a red square, resolution: 32x2048}\n"
                         "  - {id: tall2, prompt: a blue square, resolution: 32x2048}\n"
                         "  - {id: ok3, prompt: a blue square}\n")
-    submission.submit_run(factory, load_manifest(manifest, registry=registry),
+    unruled = Registry()
+    unruled.models["toy"] = dataclasses.replace(unruled.models["toy"], rules=None)
+    submission.submit_run(factory, load_manifest(manifest, registry=unruled),
                           output=f"file://{tmp_path / 'out'}/")
     return settings, factory, Engine(settings.engine_config(), registry)
 

@@ -156,3 +156,29 @@ def test_worker_command_refuses_models_it_cannot_serve(tmp_path, args, env, mess
 def test_a_worker_serves_every_registered_model_unless_narrowed():
     assert settings().served_models() == ("tiny", "tiny-i2v", "toy", "toy-fast", "toy-i2v")
     assert settings(worker__models=("toy", "toy")).served_models() == ("toy",)
+
+
+@pytest.mark.parametrize("command", [["worker"], ["status"]])
+def test_a_bad_database_is_named_before_a_bad_models_file(tmp_path, command):
+    """A worker opens its database before it reads the models file, as the commands that read runs do: with both
+    wrong, the database is the one line said (a server that refuses, then a file that is no database)."""
+    models = tmp_path / "models.yaml"
+    models.write_text("wan: {path: /nowhere}\n")
+    not_a_db = tmp_path / "notes.db"
+    not_a_db.write_text("these are notes, not a database\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO), "REELBATCH_MODELS": str(models)}
+    refused = "postgresql+psycopg://reel:hunter2@127.0.0.1:1/reelbatch"  # nothing listens on port 1
+    proc = subprocess.run([sys.executable, "-m", "jobs", *command], env={**env, "REELBATCH_DATABASE_URL": refused},
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("the database cannot be reached (REELBATCH_DATABASE_URL "
+                           "'postgresql+psycopg://reel:***@127.0.0.1:1/reelbatch'): "), line
+    assert line.endswith("; check the URL and that its server is running"), line
+    url = f"sqlite:///{not_a_db}"
+    proc = subprocess.run([sys.executable, "-m", "jobs", *command], env={**env, "REELBATCH_DATABASE_URL": url},
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, f"the database cannot be opened (REELBATCH_DATABASE_URL '{url}'): "
+                                                 "file is not a database; check that the URL names a reelbatch "
+                                                 "database\n")
+    assert not_a_db.read_text() == "these are notes, not a database\n"
