@@ -8,7 +8,8 @@ import difflib
 from collections.abc import Sequence
 
 from engine.models.registry import ModelInfo
-from jobs.manifest.fields import OPTION_RUN_FIELDS, SET_RUN_FIELDS, VIDEO_FIELDS, plan_frames, side_problem
+from jobs.manifest.fields import OPTION_RUN_FIELDS, SET_RUN_FIELDS, VIDEO_FIELDS
+from jobs.manifest.model_shape import plan_frames, side_problem
 from jobs.manifest.specs import VideoSpec
 from jobs.manifest.values import INVALID, FieldError, Item, Map, shown
 from jobs.manifest.yaml_read import yaml_scalar

@@ -20,7 +20,7 @@ from engine.frames.metrics import psnr, ssim
 from engine.models.registry import ModelInfo, Registry
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.errors import UsageError
-from jobs.manifest.fields import plan_frames
+from jobs.manifest.model_shape import plan_frames
 from jobs.quality.sample import Case, sample_set
 from jobs.settings import Settings
 from storage.encode import decode_frames, encode_mp4
