@@ -46,7 +46,7 @@ def test_the_saved_folder_loads_as_a_registered_model_and_renders(quick_run, tmp
     assert (vae_config["scale_factor_spatial"], vae_config["scale_factor_temporal"], vae_config["z_dim"]) == (4, 2, 8)
     assert vae_config["latents_std"] != [1.0] * 8, "the encoded data's statistics are stored for the pipeline"
     models = tmp_path / "models.yaml"
-    models.write_text(f"mine:\n  path: {out}\n  max_sequence_length: 64\n")
+    models.write_text(f"mine:\n  path: {out}\n  max_sequence_length: 64\n  defaults: {{width: 32, height: 32}}\n")
     engine = Engine(EngineConfig(cache_dir=tmp_path), load_registry(models))
     (video,) = engine.render(RenderBatch(Shape("mine", 32, 32, 9, 2, 5.0),
                                          (RenderRequest(1, "a red circle moving left on a black background", None, 3),)))
