@@ -2,7 +2,8 @@
 
 SQLite (the embedded default): WAL so readers never block the writer, a busy timeout, foreign keys on, and every
 transaction begun IMMEDIATE so a claim takes the write lock up front (a deferred transaction that upgrades to a write
-can fail with SQLITE_BUSY despite the timeout). PostgreSQL: plain pooled connections; claims use SKIP LOCKED.
+can fail with SQLITE_BUSY despite the timeout), but a reader's (`snapshots`, `reads`): it begins DEFERRED, a snapshot
+that never waits for a writer. PostgreSQL: plain pooled connections; claims use SKIP LOCKED.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def make_engine(url: str, pool_size: int | None = None) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(SNAPSHOT) else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -205,7 +206,28 @@ def session_factory(url: str) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+# An execution option: a SQLite transaction of a connection that carries it begins DEFERRED (`snapshots`).
+SNAPSHOT = "reelbatch_snapshot"
+_SNAPSHOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def snapshots(factory: sessionmaker[Session]) -> sessionmaker[Session]:
+    """Sessions for work that only reads (a status, a report, a token's team, the service's read of the queue).
+
+    SQLite: each transaction begins DEFERRED, in WAL a snapshot that never waits for the write lock, which every
+    other transaction takes up front (BEGIN IMMEDIATE) and a 100,000-video submit holds for seconds: another team's
+    status waited for it (docs/SERVICE.md). A session from here that writes may fail with SQLITE_BUSY rather than
+    wait. PostgreSQL: `factory` itself (its readers never wait for writers)."""
+    found = _SNAPSHOTS.get(factory)
+    if found is None:
+        engine = factory.kw["bind"]
+        found = factory
+        if engine.url.get_backend_name() == "sqlite":
+            found = sessionmaker(engine.execution_options(**{SNAPSHOT: True}), **{
+                k: v for k, v in factory.kw.items() if k != "bind"})
+        _SNAPSHOTS[factory] = found
+    return found
 
 
 def reads(factory: sessionmaker[Session]) -> Callable[[], Connection]:
@@ -215,12 +237,14 @@ def reads(factory: sessionmaker[Session]) -> Callable[[], Connection]:
     A Core connection, not an ORM session: the session's own machinery was about 0.45 ms of the client's CPU per
     probe, more than the statement's. On PostgreSQL in autocommit: the statement alone, without the BEGIN before it
     and the ROLLBACK after it, two round trips where there were four (the pool's pre-ping is the other). One
-    statement sees one snapshot either way (docs/PERFORMANCE.md, "Probes alone"). SQLite: the factory's engine as
-    it is."""
+    statement sees one snapshot either way (docs/PERFORMANCE.md, "Probes alone"). SQLite: a DEFERRED transaction,
+    as `snapshots`, so a probe never waits for a writer's lock."""
     found = _READS.get(factory)
     if found is None:
         engine = factory.kw["bind"]
         if engine.url.get_backend_name() == "postgresql":
             engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        elif engine.url.get_backend_name() == "sqlite":
+            engine = engine.execution_options(**{SNAPSHOT: True})
         found = _READS[factory] = engine.connect
     return found

@@ -21,7 +21,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from jobs.db.connect import session_factory
+from jobs.db.connect import session_factory, snapshots
 from jobs.errors import ReelbatchError, RunNameTaken, RunNotFound, UsageError
 from jobs.manifest.specs import ManifestError
 from jobs.service.auth import Authenticate
@@ -59,7 +59,9 @@ def create_app(settings: Settings, config: ServiceConfig = ServiceConfig()) -> F
                   description="Render manifests of text-to-video prompts to MP4s, as a team. Every route takes "
                               "`Authorization: Bearer TOKEN` (`reelbatch token create --team NAME`).")
     app.state.settings, app.state.config = settings, config
-    app.state.factory = session_factory(settings.database_url)
+    # The routes' own reads (a token's team, a run's id, a video's row, the queue): snapshots, which on SQLite never
+    # wait for a writer's lock (another team's large submit). What changes rows goes through the use cases.
+    app.state.factory = snapshots(session_factory(settings.database_url))
     # The work ahead of a team's runs, read every few seconds: one team's queue never slows another's status.
     app.state.queue = QueueSnapshot(app.state.factory)
     app.state.rate = Rates({"submissions": config.submits_per_minute, "estimates": config.estimates_per_minute,

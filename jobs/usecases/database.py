@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from jobs.db.connect import session_factory
+from jobs.db.connect import session_factory, snapshots
 from jobs.errors import NoDatabase
 from jobs.settings import Settings
 
@@ -62,3 +62,9 @@ def read_factory(settings: Settings) -> sessionmaker[Session]:
         raise NoDatabase(f"no database at {shown_path(url)}{which}: run this where the runs were submitted, or "
                          "set REELBATCH_DATABASE_URL to read another")
     return session_factory(url)
+
+
+def snapshot_factory(settings: Settings) -> sessionmaker[Session]:
+    """`read_factory`'s sessions for work that only reads: on SQLite each a snapshot that never waits for a writer
+    (jobs.db.connect.snapshots), so no large submit delays a status or a report."""
+    return snapshots(read_factory(settings))

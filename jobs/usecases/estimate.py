@@ -10,7 +10,7 @@ from jobs.cost.estimate import Estimator
 from jobs.cost.forecast import estimate as forecast
 from jobs.cost.projection import alive_workers, queued
 from jobs.db.base import utcnow
-from jobs.db.connect import session_factory
+from jobs.db.connect import session_factory, snapshots
 from jobs.settings import Settings
 from jobs.usecases.database import missing_file
 from jobs.usecases.feedback import SILENT, Feedback
@@ -42,4 +42,4 @@ def _ledger(url: str):
     """The database's sessions; None when it is the embedded SQLite file and that does not exist yet."""
     if missing_file(url) is not None:
         return None
-    return session_factory(url)
+    return snapshots(session_factory(url))

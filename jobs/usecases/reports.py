@@ -22,7 +22,7 @@ from jobs.reports.html import html_report
 from jobs.reports.results import result_files, write_results
 from jobs.reports.summary import entry, report_dict, report_of
 from jobs.settings import Settings
-from jobs.usecases.database import read_factory
+from jobs.usecases.database import read_factory, snapshot_factory
 from storage.local import LocalStore
 from storage.poster import poster_jpeg
 from storage.stores import StoreError, open_store
@@ -43,7 +43,7 @@ def in_sql(settings: Settings) -> bool:
 def report(settings: Settings, run: str, team: TeamInfo | None = None, listed: int | None = None) -> dict:
     """`report --json`'s data from every row, as on SQLite (the same JSON PostgreSQL's counting writes). `listed`:
     only the first `listed` videos (and any with an error) get an entry."""
-    factory = read_factory(settings)
+    factory = snapshot_factory(settings)
     run_row, videos = queries.load_report(factory, _run_name(factory, run, team))
     return report_dict(run_row, videos, settings.prices.sale, cost_ledger.run_ledger(factory, run_row.id),
                        listed=listed)
@@ -63,7 +63,7 @@ def video_page(settings: Settings, run: str, team: TeamInfo | None = None, state
     """Up to `limit` of a run's videos after row id `after`: those in `states` (all when empty), flagged by their
     checks or marked for review when `flagged` is true (neither when false). What the API's video list and the live
     page read instead of a whole report."""
-    factory = read_factory(settings)
+    factory = snapshot_factory(settings)
     rows = queries.video_page(factory, _run_name(factory, run, team), states, flagged, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
@@ -118,7 +118,7 @@ def write_result_files(settings: Settings, run: str) -> list[str]:
 
 def result_file(settings: Settings, run: str, which: str, team: TeamInfo | None = None) -> bytes:
     """The run's `results` or `errors` file as it would be written now (JSON lines)."""
-    factory = read_factory(settings)
+    factory = snapshot_factory(settings)
     row, videos = queries.load_report(factory, _run_name(factory, run, team))
     results, errors = result_files(row, videos)
     return {"results": results, "errors": errors}[which]
@@ -127,7 +127,7 @@ def result_file(settings: Settings, run: str, which: str, team: TeamInfo | None 
 def write_html(settings: Settings, run: str, path: Path, warn: Callable[[str], None]) -> dict:
     """The self-contained HTML report (contact sheet, charts, the table) written to `path`; `warn` hears of a video
     left out of the contact sheet. Returns the report's data, so the caller can print the same figures."""
-    factory = read_factory(settings)
+    factory = snapshot_factory(settings)
     run_row, videos = queries.load_report(factory, run)
     costs = cost_ledger.run_ledger(factory, run_row.id)
     data = report_dict(run_row, videos, settings.prices.sale, costs)
@@ -167,7 +167,7 @@ def write_html(settings: Settings, run: str, path: Path, warn: Callable[[str], N
 
 def capacity(settings: Settings, run: str, gpus: int, run_gpus: int, headroom: float) -> dict:
     """Videos per day and month, cost per video and margin for N GPUs at three levels, from what `run` measured."""
-    factory = read_factory(settings)
+    factory = snapshot_factory(settings)
     run_row, videos = queries.load_report(factory, run)
     try:
         return plan(run_row, videos, gpus=gpus, run_gpus=run_gpus, gpu_hour_usd=settings.prices.gpu.usd_per_hour,
@@ -179,7 +179,7 @@ def capacity(settings: Settings, run: str, gpus: int, run_gpus: int, headroom: f
 
 def ledger(settings: Settings) -> dict:
     """Every worker session's up time at its rate, split into what was charged to videos and what was idle."""
-    rows = cost_ledger.sessions(read_factory(settings))
+    rows = cost_ledger.sessions(snapshot_factory(settings))
     return {
         "sessions": [dataclasses.asdict(r) for r in rows],
         "total_usd": sum(r.total_micro_usd for r in rows) / 1e6,

@@ -19,7 +19,7 @@ from jobs.manifest.values import FieldError
 from jobs.manifest.yaml_read import yaml_scalar
 from jobs.notify.finished import run_finished
 from jobs.settings import Settings
-from jobs.usecases.database import read_factory
+from jobs.usecases.database import read_factory, snapshot_factory
 from jobs.work.deadlines import QueueSnapshot, project
 
 
@@ -27,7 +27,7 @@ def _name(settings: Settings, run: str, team: TeamInfo | None) -> str:
     """The run's name, once the team (if any) is known to own it."""
     if team is None:
         return run
-    return teams.owned_run(read_factory(settings), team, run).name
+    return teams.owned_run(snapshot_factory(settings), team, run).name
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def status(settings: Settings, run: str | None = None, team: TeamInfo | None = N
            queue: QueueSnapshot | None = None, limit: int | None = None, before: int | None = None) -> Status:
     """`queue`: a long-lived process's recent read of the whole queue, for the work ahead of these runs. `limit`:
     the newest that many runs with an id under `before`, and where the page before them starts."""
-    factory = read_factory(settings)
+    factory = snapshot_factory(settings)
     name = None if run is None else _name(settings, run, team)
     owner = () if team is None else (team.owns,)
     rows = queries.run_counts(factory, name, owner=owner, limit=None if limit is None else limit + 1, before=before)
@@ -70,7 +70,7 @@ def status(settings: Settings, run: str | None = None, team: TeamInfo | None = N
 
 def run_plans(settings: Settings, run_ids: list[int], queue: QueueSnapshot | None = None) -> dict[int, dict]:
     """Each run's deadline, projected finish (runs with work left: jobs.work.deadlines) and cost cap."""
-    factory = read_factory(settings)
+    factory = snapshot_factory(settings)
     now = utcnow()
     with factory() as s:
         runs = list(s.scalars(select(Run).where(Run.id.in_(run_ids))))

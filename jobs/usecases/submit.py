@@ -4,6 +4,7 @@ its work queued as tickets. What `reelbatch submit`, `reelbatch run` and POST /v
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from jobs.manifest import load_manifest
 from jobs.manifest.specs import RunSpec
 from jobs.settings import Settings
 from jobs.usecases.feedback import SILENT, Feedback
+
+log = logging.getLogger(__name__)
 
 # A manifest with at least this many videos reports its recording and queueing as counts.
 PROGRESS_FROM_VIDEOS = 100
@@ -86,9 +89,10 @@ def check_gates(settings: Settings, spec: RunSpec, named_by: str, embedded: bool
 
 def submit_manifest(settings: Settings, manifest: Path, options: Options = Options(), *, new_run: bool = False,
                     team_id: int | None = None, source: str | None = None, embedded: bool = False,
-                    feedback: Feedback = SILENT) -> submission.Submitted:
+                    tickets: int | None = None, feedback: Feedback = SILENT) -> submission.Submitted:
     """Check the manifest, record the run for `team_id` (None: the default team), queue its work. `source`: what
-    the run says it came from (default: the manifest's path)."""
+    the run says it came from (default: the manifest's path). `tickets`: send at most this many of its tickets now
+    (None: all); the service sends the rest after answering (`send_more_tickets`)."""
     spec = read_manifest(settings, manifest, options, feedback)
     if source is not None:
         spec = dataclasses.replace(spec, source=source)
@@ -107,15 +111,38 @@ def submit_manifest(settings: Settings, manifest: Path, options: Options = Optio
         from jobs.work.app import create_app  # here, not at the top: Celery is only for use cases that queue
         from jobs.work.tickets import MAX_TICKETS, send_tickets
 
+        count = min(submitted.pending_units, MAX_TICKETS, MAX_TICKETS if tickets is None else tickets)
         try:
-            with shown.count(f"queueing {submitted.name}", min(submitted.pending_units, MAX_TICKETS)) as advance:
-                send_tickets(create_app(settings), submitted.pending_units, submitted.model,
-                             on_sent=lambda: advance(1))
+            with shown.count(f"queueing {submitted.name}", count) as advance:
+                send_tickets(create_app(settings), count, submitted.model, on_sent=lambda: advance(1))
         except kombu.exceptions.OperationalError as exc:
             if embedded:
                 raise  # `run` cannot render without its broker: jobs.main says so in one line, and the run stays
             # The run is recorded (one transaction, before any ticket): it stays, and its work is claimable. The
             # first sweep of a worker that serves its model once the broker answers queues it (jobs.work.sweeper).
-            said = str(exc).strip().rstrip(".").splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return dataclasses.replace(submitted, unqueued=f"the broker cannot be reached ({said})")
+            return dataclasses.replace(submitted, unqueued=f"the broker cannot be reached ({_said(exc)})")
     return submitted
+
+
+def send_more_tickets(settings: Settings, submitted: submission.Submitted, sent: int) -> int:
+    """The rest of a new run's tickets, after `sent` of them went with its submit (a 100,000-video run's 5,000
+    take the SQLite broker about 30 s, which a client need not wait for). A broker that stops answering meanwhile
+    loses nothing: the work is recorded, and workers' sweeps ticket it (jobs.work.sweeper). How many were sent."""
+    import kombu.exceptions
+
+    from jobs.work.app import create_app
+    from jobs.work.tickets import MAX_TICKETS, send_tickets
+
+    count = min(submitted.pending_units, MAX_TICKETS) - sent
+    if count <= 0 or submitted.unqueued is not None:
+        return 0
+    try:
+        return send_tickets(create_app(settings), count, submitted.model)
+    except kombu.exceptions.OperationalError as exc:
+        log.warning("run %s: %d tickets not sent, the broker cannot be reached (%s); workers' sweeps queue its work",
+                    submitted.name, count, _said(exc))
+        return 0
+
+
+def _said(exc: Exception) -> str:
+    return str(exc).strip().rstrip(".").splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -221,3 +221,44 @@ def test_a_team_with_100k_pending_videos_slows_no_other_team(tmp_path, model_cac
     finally:
         browser.close()
         svc.stop()
+
+
+def test_a_large_submit_answers_before_its_last_ticket_and_never_holds_up_another_teams_reads(tmp_path, model_cache):
+    """A new run's submit answers once the run is recorded and its first 100 tickets are queued; the other 150 of
+    its 250 follow. And a writer holding the database's write lock (as a 100,000-video submit does for seconds)
+    does not hold up another team's list or status: they read a snapshot instead of waiting out the 30 s busy
+    timeout."""
+    import sqlite3
+
+    from tests.jobs.test_service_api import broker_messages
+
+    svc = Service(tmp_path, embedded_env(model_cache))
+    try:
+        a, b = svc.client(svc.team("ads")), svc.client(svc.team("clips"))
+        assert b.post("/v1/runs", content=MANIFEST, headers={"content-type": "application/yaml"}).status_code == 201
+        assert broker_messages(svc) == 2
+        many = "".join(json.dumps({"id": f"v{i}", "prompt": f"video {i}", "steps": 2, "resolution": "64x64",
+                                   "duration_s": 0.5}) + "\n" for i in range(250))
+        answer = a.post("/v1/runs?name=many&model=tiny", content=many, headers={"content-type": "application/jsonl"})
+        assert answer.status_code == 201, answer.text
+        assert answer.json()["queued"] is True and answer.json()["pending"] == 250
+        wait_for("the rest of the tickets", lambda: broker_messages(svc) == 2 + 250, timeout=60, interval=0.2)
+        time.sleep(1)
+        assert broker_messages(svc) == 252  # and no more
+
+        writer = sqlite3.connect(tmp_path / "reelbatch.db", isolation_level=None, timeout=1)
+        writer.execute("BEGIN IMMEDIATE")  # the write lock, held
+        writer.execute("UPDATE runs SET priority = priority WHERE name = 'many'")
+        try:
+            started = time.perf_counter()
+            listed = b.get("/v1/runs")
+            status = b.get("/v1/runs/served")
+            elapsed = time.perf_counter() - started
+            assert listed.status_code == 200 and [r["name"] for r in listed.json()["runs"]] == ["served"]
+            assert status.status_code == 200 and status.json()["counts"]["pending"] == 2
+            assert elapsed < 5, f"another team's reads waited {elapsed:.1f} s for the write lock"
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+    finally:
+        svc.stop()

@@ -9,7 +9,7 @@ from sqlalchemy.orm import sessionmaker
 from jobs.claims import claims, leases
 from jobs.cost.prices import Rate
 from jobs.db import queries, submission
-from jobs.db.connect import make_engine, reads, session_factory, upgrade
+from jobs.db.connect import make_engine, reads, session_factory, snapshots, upgrade
 from jobs.db.rows import CostRecord, Run, Video, WorkUnit
 from jobs.db.status import IllegalTransition, Status, transition
 from jobs.errors import RunNameTaken
@@ -205,3 +205,41 @@ def test_a_probe_on_sqlite_reads_what_a_session_committed(tmp_path, registry):
     with reads(factory)() as c:
         assert c.scalar(select(func.count()).select_from(Video)) == 2
     assert queries.run_finished(factory, "night") is False
+
+
+def test_a_reader_on_sqlite_never_waits_for_a_writers_lock(tmp_path, registry):
+    """While another connection holds the write lock with a change not yet committed (a large submit does for
+    seconds), a snapshot session and a probe read at once what was committed before; a plain session waits for the
+    lock (its transaction begins IMMEDIATE) until the writer is done."""
+    import sqlite3
+    import time
+
+    factory = session_factory(f"sqlite:///{tmp_path / 'w.db'}")
+    submission.submit_run(factory, load_manifest(write_manifest(tmp_path), registry=registry), output="file:///tmp/o/")
+    writer = sqlite3.connect(tmp_path / "w.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("DELETE FROM work_units")
+    writer.execute("DELETE FROM videos")
+    plain: list[int] = []
+
+    def read_plainly():
+        with factory() as s:
+            plain.append(s.scalar(select(func.count()).select_from(Video)))
+
+    waiting = threading.Thread(target=read_plainly, daemon=True)
+    try:
+        started = time.perf_counter()
+        with snapshots(factory)() as s:
+            assert s.scalar(select(func.count()).select_from(Video)) == 2
+        with reads(factory)() as c:
+            assert c.scalar(select(func.count()).select_from(WorkUnit)) == 2
+        assert time.perf_counter() - started < 1
+        waiting.start()
+        waiting.join(timeout=1.5)
+        assert waiting.is_alive() and plain == []  # still waiting for the lock
+    finally:
+        writer.execute("COMMIT")
+        writer.close()
+    waiting.join(timeout=20)
+    assert plain == [0]  # it read after the writer's commit
+    assert snapshots(factory) is snapshots(factory)
