@@ -55,6 +55,11 @@ def test_a_team_writes_only_under_its_own_output_root(service):
     for name, said in ((".ssh", "run name '.ssh' starts with '.'"), ("1", "run name '1' is all digits")):
         answer = ads.post("/v1/runs", content=ONE, headers=YAML, params={"name": name})
         assert answer.status_code == 400 and said in answer.json()["detail"], answer.text
+    # The manifest's own `output:` is held to the same root: a manifest error, at its line.
+    answer = ads.post("/v1/runs", content=ONE.replace("model: tiny\n", f"model: tiny\noutput: file://{elsewhere}\n"),
+                      headers=YAML)
+    assert answer.status_code == 422 and answer.json()["issues"][0]["line"] == 3, answer.text
+    assert answer.json()["issues"][0]["field"] == "output" and own in answer.json()["issues"][0]["message"]
     assert rows(service) == before
     assert not os.path.exists(elsewhere) and not (service.cwd / "outputs" / "clips" / "one").exists()
     # Under its own root: recorded, its output the one asked for.
