@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 from fastapi import APIRouter, Body, Depends, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from jobs.db.teams import TeamInfo
@@ -16,6 +17,8 @@ from jobs.service.auth import caller
 from jobs.service.contract import Usd, usd_cap
 from jobs.service.ids import RunName
 from jobs.usecases import reports, runs
+from jobs.usecases.submit import send_more_tickets
+from jobs.work.tickets import FIRST_TICKETS
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 Team = Annotated[TeamInfo, Depends(caller)]
@@ -78,8 +81,12 @@ async def cancel(request: Request, team: Team, run: RunName) -> dict:
              "videos back in the queue. Idempotent.")
 async def resume(request: Request, team: Team, run: RunName) -> dict:
     request.app.state.rate.check(team, "changes")
-    changed = await run_in_threadpool(runs.resume, request.app.state.settings, run, team)
-    return {"name": changed.name, "requeued": changed.videos}
+    settings = request.app.state.settings
+    changed = await run_in_threadpool(runs.resume, settings, run, team, FIRST_TICKETS)
+    # The first tickets went before the answer, the rest after it (as a submit's: jobs.work.tickets.FIRST_TICKETS).
+    more = None if changed.model is None else BackgroundTask(send_more_tickets, settings, changed.name,
+                                                              changed.model, changed.videos, FIRST_TICKETS)
+    return JSONResponse({"name": changed.name, "requeued": changed.videos}, background=more)
 
 
 @router.put("/{run}/budget", summary="Change a run's budget", description="As `reelbatch budget RUN USD`: "

@@ -27,12 +27,10 @@ from jobs.service.auth import caller
 from jobs.service.policy import checked
 from jobs.usecases.estimate import estimate_manifest
 from jobs.usecases.submit import Options, send_more_tickets, submit_manifest
+from jobs.work.tickets import FIRST_TICKETS
 
 router = APIRouter(prefix="/v1", tags=["submit"])
 
-# Tickets a new run's submit sends before it answers (enough to wake a fleet of this many workers at once); the rest
-# of its up to 5,000 (jobs.work.tickets) after. On the SQLite broker 100 take about 0.6 s, 5,000 about 30 s.
-TICKETS_IN_REQUEST = 100
 
 _TYPES = {"application/yaml": ".yaml", "application/x-yaml": ".yaml", "text/yaml": ".yaml", "text/x-yaml": ".yaml",
           "application/jsonl": ".jsonl", "application/x-ndjson": ".jsonl", "application/jsonlines": ".jsonl",
@@ -93,15 +91,15 @@ async def submit(request: Request, team: Team, name: Optional[str] = None, model
     def work(path: Path):
         return submit_manifest(settings, path, Options(name, model, output, tuple(set_ or ()), notify, served=True),
                                new_run=new_run, team_id=team.id, source=f"http: team {team.name}, {filename}",
-                               tickets=TICKETS_IN_REQUEST)
+                               tickets=FIRST_TICKETS)
 
     s = await run_in_threadpool(_read, work, filename, data, request.app.state.config.upload_dir)
     # The answer goes once the run is recorded and its first tickets are queued; the rest follow (Starlette runs a
     # response's background task after sending it, and a graceful shutdown waits for it).
     return JSONResponse({"run_id": s.run_id, "name": s.name, "videos": s.videos, "created": s.created,
                          "pending": s.pending_units, "queued": s.unqueued is None}, 201 if s.created else 200,
-                        background=BackgroundTask(send_more_tickets, settings, s, TICKETS_IN_REQUEST)
-                        if s.created else None)
+                        background=BackgroundTask(send_more_tickets, settings, s.name, s.model, s.pending_units,
+                                                  FIRST_TICKETS) if s.created and s.unqueued is None else None)
 
 
 @router.post("/estimate", summary="Estimate a manifest", description=_DOC + " Checks it as a submission would and "

@@ -97,6 +97,7 @@ class Changed:
 
     name: str
     videos: int
+    model: str | None = None  # the run's model, when videos moved back into the queue
 
 
 def cancel(settings: Settings, run: str, team: TeamInfo | None = None) -> Changed:
@@ -108,17 +109,20 @@ def cancel(settings: Settings, run: str, team: TeamInfo | None = None) -> Change
     return Changed(name, count)
 
 
-def resume(settings: Settings, run: str, team: TeamInfo | None = None) -> Changed:
-    """Failed and cancelled videos back in the queue, with fresh attempts. Idempotent."""
+def resume(settings: Settings, run: str, team: TeamInfo | None = None, tickets: int | None = None) -> Changed:
+    """Failed and cancelled videos back in the queue, with fresh attempts. Idempotent. `tickets`: send at most this
+    many of its tickets now (None: all); the service sends the rest after answering."""
     factory = read_factory(settings)
     name, count = queries.resume_run(factory, _name(settings, run, team))
+    model = None
     if count:
         from jobs.work.app import create_app  # here, not at the top: Celery only when tickets are sent
         from jobs.work.tickets import send_tickets
 
         (resumed,) = queries.run_counts(factory, name)
-        send_tickets(create_app(settings), count, resumed.model)
-    return Changed(name, count)
+        model = resumed.model
+        send_tickets(create_app(settings), count if tickets is None else min(count, tickets), model)
+    return Changed(name, count, model)
 
 
 @dataclass(frozen=True)

@@ -124,23 +124,24 @@ def submit_manifest(settings: Settings, manifest: Path, options: Options = Optio
     return submitted
 
 
-def send_more_tickets(settings: Settings, submitted: submission.Submitted, sent: int) -> int:
-    """The rest of a new run's tickets, after `sent` of them went with its submit (a 100,000-video run's 5,000
-    take the SQLite broker about 30 s, which a client need not wait for). A broker that stops answering meanwhile
-    loses nothing: the work is recorded, and workers' sweeps ticket it (jobs.work.sweeper). How many were sent."""
+def send_more_tickets(settings: Settings, name: str, model: str, pending: int, sent: int) -> int:
+    """The rest of a run's tickets (up to MAX_TICKETS for its `pending` units), after `sent` went with the request
+    that queued them (a 100,000-video run's 5,000 take the SQLite broker about 30 s, which a client need not wait
+    for). A broker that stops answering meanwhile loses nothing: the work is recorded, and workers' sweeps ticket it
+    (jobs.work.sweeper). How many were sent."""
     import kombu.exceptions
 
     from jobs.work.app import create_app
     from jobs.work.tickets import MAX_TICKETS, send_tickets
 
-    count = min(submitted.pending_units, MAX_TICKETS) - sent
-    if count <= 0 or submitted.unqueued is not None:
+    count = min(pending, MAX_TICKETS) - sent
+    if count <= 0:
         return 0
     try:
-        return send_tickets(create_app(settings), count, submitted.model)
+        return send_tickets(create_app(settings), count, model)
     except kombu.exceptions.OperationalError as exc:
         log.warning("run %s: %d tickets not sent, the broker cannot be reached (%s); workers' sweeps queue its work",
-                    submitted.name, count, _said(exc))
+                    name, count, _said(exc))
         return 0
 
 

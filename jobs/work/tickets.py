@@ -15,6 +15,10 @@ from celery import Celery
 # a few thousand tickets keep any realistic fleet busy; the sweepers cover the rest.
 MAX_TICKETS = 5000
 RENDER_TASK = "reelbatch.render_next"
+# Tickets a request over the API sends before it answers (a new run's submit, a resume): enough to wake a fleet of
+# this many workers at once; the rest follow after the answer (jobs.usecases.submit.send_more_tickets). On the SQLite
+# broker 100 take about 0.6 s, 5,000 about 30 s.
+FIRST_TICKETS = 100
 
 
 def model_queue(queue: str, model: str) -> str:

@@ -225,9 +225,9 @@ def test_a_team_with_100k_pending_videos_slows_no_other_team(tmp_path, model_cac
 
 def test_a_large_submit_answers_before_its_last_ticket_and_never_holds_up_another_teams_reads(tmp_path, model_cache):
     """A new run's submit answers once the run is recorded and its first 100 tickets are queued; the other 150 of
-    its 250 follow. And a writer holding the database's write lock (as a 100,000-video submit does for seconds)
-    does not hold up another team's list or status: they read a snapshot instead of waiting out the 30 s busy
-    timeout."""
+    its 250 follow (a resume's too). And a writer holding the database's write lock (as a 100,000-video submit does
+    for seconds) does not hold up another team's list or status: they read a snapshot instead of waiting out the
+    30 s busy timeout."""
     import sqlite3
 
     from tests.jobs.test_service_api import broker_messages
@@ -245,6 +245,12 @@ def test_a_large_submit_answers_before_its_last_ticket_and_never_holds_up_anothe
         wait_for("the rest of the tickets", lambda: broker_messages(svc) == 2 + 250, timeout=60, interval=0.2)
         time.sleep(1)
         assert broker_messages(svc) == 252  # and no more
+        # A resume of the 250, cancelled, the same way: 100 tickets before the answer, 150 after.
+        assert a.post("/v1/runs/many/cancel").json() == {"name": "many", "cancelled": 250}
+        assert a.post("/v1/runs/many/resume").json() == {"name": "many", "requeued": 250}
+        wait_for("the resume's tickets", lambda: broker_messages(svc) == 252 + 250, timeout=60, interval=0.2)
+        time.sleep(1)
+        assert broker_messages(svc) == 502
 
         writer = sqlite3.connect(tmp_path / "reelbatch.db", isolation_level=None, timeout=1)
         writer.execute("BEGIN IMMEDIATE")  # the write lock, held
