@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from jobs.bench.compare import BenchResult
 
 bench_app = typer.Typer(cls=BenchGroup, short_help="Measure reelbatch: side by side with the diffusers script (no "
-                        "subcommand), or quality, precision, long, ladder, fleet, scale.")
+                        "subcommand), or quality, precision, long, ladder, fleet, scale, cold.")
 
 
 @bench_app.callback(invoke_without_command=True)
@@ -109,6 +109,36 @@ def precision(
     transformer and text-encoder weight bytes, peak memory, PSNR to exact. (A mode's quality gate: `bench quality
     --precision`, and `--setting text_encoder_precision=MODE` for the text encoder's.)"""
     bench_precision(chosen_preset(preset, steps), modes, videos, json_, text_encoder)
+
+
+@bench_app.command("cold", short_help="A new worker's start: compile off, compile on cold, and from a bundle.")
+def cold(
+    model: Annotated[str, typer.Option("--model", help="A registered model.")] = "tiny",
+    resolution: Annotated[str, typer.Option("--resolution", help="WIDTHxHEIGHT of its one video.")] = "64x64",
+    steps: StepsOption = 2,
+    json_: JsonOption = False,
+) -> None:
+    """Three fresh `reelbatch run`s of one video, each a new machine (its own folders and Inductor cache): compile
+    off, compile on with an empty warm-start store, and compile on from the bundle the second stored; seconds from
+    process start to the video stored, and the ratio."""
+    from jobs.bench.cold import run_cold
+
+    try:
+        r = run_cold(model, resolution, steps or 2, on_side=lambda name: err.print(f"bench cold: {name}"))
+    except ReelbatchError as exc:
+        fail(exc)
+    if json_:
+        out.print_json(json.dumps({"model": r.model, "sides": [vars(s) for s in r.sides], "speedup": r.speedup,
+                                   "identical": r.identical}))
+        return
+    table = Table(title=f"bench cold: {r.model} {resolution}, {steps or 2} steps, one video")
+    for column in ("side", "process start -> video stored", "bundles stored", "MP4 sha256"):
+        table.add_column(column)
+    for s in r.sides:
+        table.add_row(s.name, f"{s.seconds:.1f} s", str(s.bundles), s.sha256[:12])
+    out.print(table)
+    out.print(f"from the bundle: {r.speedup:.2f}x sooner than cold with compile on; "
+              f"MP4s {'identical' if r.identical else 'DIFFERENT'}")
 
 
 bench_app.command("quality", short_help="Quality gates of lossy settings, precisions or a distilled model.")(quality)

@@ -13,6 +13,7 @@ from engine.levers.gates import UngatedSetting
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.claims.claims import Serving, waiting_shapes
 from jobs.db.queries import Factory
+from jobs.render import warm_bundles
 from jobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,17 @@ def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 
         if shape.model in engine.registry and engine.registry.get(shape.model).image_condition == "pipeline":
             image = np.zeros((shape.height, shape.width, 3), dtype=np.uint8)
         requests = tuple(RenderRequest(-1 - i, "warm-up", None, i, image=image) for i in range(size))
+        key = fetched = None
         try:
+            if settings.worker.warm_uri is not None:
+                engine.pipeline(shape.model)  # loaded first: it names Inductor's folder, compiled at first use
+                key = warm_bundles.bundle_key(engine, shape)
+                fetched = warm_bundles.fetch(settings.worker.warm_uri, key, warm_bundles.inductor_dir())
             engine.render(RenderBatch(replace(shape, steps=1), requests))
         except Exception as exc:  # noqa: BLE001 - a shape that cannot render fails its own videos, not the worker
             log.warning("warm-up of %s failed: %s", shape.key(), exc)
             continue
+        if key is not None and not fetched:
+            warm_bundles.publish(settings.worker.warm_uri, key, warm_bundles.inductor_dir())
         warmed.append(shape.key())
     return warmed

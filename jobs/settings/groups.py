@@ -30,6 +30,7 @@ class Worker:
     store_threads: int  # 0: auto (jobs.render.encoding.store_threads)
     seam_review: float
     metrics_port: int | None
+    warm_uri: str | None  # where warm-start bundles are kept (jobs.render.warm_bundles); None: none
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,10 @@ VARIABLES: tuple[Variable, ...] = (
       "a long video whose seam score is above this is marked `needs_review` in reports"),
     V("REELBATCH_METRICS_PORT", "worker.metrics_port", port, None, "off",
       "serve Prometheus metrics from each rendering process on this port (a prefork child on port + its index + 1)"),
+    V("REELBATCH_WARM_URI", "worker.warm_uri", output, None, "off",
+      "with `REELBATCH_COMPILE=1`: a folder or bucket (`file://DIR/`, `s3://BUCKET/PREFIX/`) where workers keep each "
+      "shape's compiled code and a new worker fetches it before compiling (warm start); only a store the operators "
+      "alone write, since a bundle is code the worker runs"),
     # Faults and time limits (limits: jobs.settings.groups.Limits).
     V("REELBATCH_LEASE_S", "limits.lease_s", positive, 120.0, "120",
       "how long a worker's claim lasts unless renewed (it is renewed while rendering)"),
