@@ -20,6 +20,8 @@ from pathlib import Path
 
 from jobs.errors import ReelbatchError
 
+# What each side has of its own, whatever this process was given.
+OWN = ("REELBATCH_DATABASE", "REELBATCH_BROKER", "REELBATCH_OUTPUT", "TORCHINDUCTOR")
 SIDES = ("compile off", "compile on, cold", "compile on, from the bundle")
 
 
@@ -51,9 +53,7 @@ def manifest(model: str, resolution: str, steps: int) -> str:
             "videos:\n  - {id: first, prompt: a red circle moving right, seed: 7}\n")
 
 
-def run_cold(model: str, resolution: str, steps: int, env: dict[str, str] | None = None,
-             on_side=lambda name: None) -> Cold:
-    env = dict(os.environ if env is None else env)
+def run_cold(model: str, resolution: str, steps: int, on_side=lambda name: None) -> Cold:
     with tempfile.TemporaryDirectory(prefix="reelbatch-cold-") as tmp:
         warm = Path(tmp) / "warm"
         sides = []
@@ -62,8 +62,7 @@ def run_cold(model: str, resolution: str, steps: int, env: dict[str, str] | None
             cwd = Path(tmp) / f"side-{n}"
             cwd.mkdir()
             (cwd / "cold.yaml").write_text(manifest(model, resolution, steps))
-            side_env = {k: v for k, v in env.items() if not k.startswith(("REELBATCH_DATABASE", "REELBATCH_BROKER",
-                                                                            "REELBATCH_OUTPUT", "TORCHINDUCTOR"))}
+            side_env = {k: v for k, v in os.environ.items() if not k.startswith(OWN)}
             side_env.update(REELBATCH_COMPILE="0" if n == 0 else "1", TORCHINDUCTOR_CACHE_DIR=str(cwd / "inductor"))
             if n > 0:
                 side_env["REELBATCH_WARM_URI"] = f"file://{warm}/"

@@ -115,7 +115,7 @@ def precision(
 def cold(
     model: Annotated[str, typer.Option("--model", help="A registered model.")] = "tiny",
     resolution: Annotated[str, typer.Option("--resolution", help="WIDTHxHEIGHT of its one video.")] = "64x64",
-    steps: StepsOption = 2,
+    steps: Annotated[int, typer.Option("--steps", min=1, max=200, help="Denoising steps.")] = 2,
     json_: JsonOption = False,
 ) -> None:
     """Three fresh `reelbatch run`s of one video, each a new machine (its own folders and Inductor cache): compile
@@ -124,14 +124,14 @@ def cold(
     from jobs.bench.cold import run_cold
 
     try:
-        r = run_cold(model, resolution, steps or 2, on_side=lambda name: err.print(f"bench cold: {name}"))
+        r = run_cold(model, resolution, steps, on_side=lambda name: err.print(f"bench cold: {name}"))
     except ReelbatchError as exc:
         fail(exc)
     if json_:
         out.print_json(json.dumps({"model": r.model, "sides": [vars(s) for s in r.sides], "speedup": r.speedup,
                                    "identical": r.identical}))
         return
-    table = Table(title=f"bench cold: {r.model} {resolution}, {steps or 2} steps, one video")
+    table = Table(title=f"bench cold: {r.model} {resolution}, {steps} steps, one video")
     for column in ("side", "process start -> video stored", "bundles stored", "MP4 sha256"):
         table.add_column(column)
     for s in r.sides:

@@ -33,9 +33,9 @@ def insert_rows(s: Session, model, rows: list[dict]) -> None:
     columns = given + list(defaults)
     raw = s.connection().connection.driver_connection  # the driver's own connection, in this transaction
     if dialect.name == "sqlite":
-        processors = [table.c[name].type.dialect_impl(dialect).bind_processor(dialect) for name in given]
+        processors = [_processor(table.c[name], dialect) for name in given]
         # The defaults once for all the rows (one moment for their timestamps), as SQLite would store them.
-        fixed = [_bound(_default(d), table.c[name].type, dialect) for name, d in defaults.items()]
+        fixed = [_bound(_default(d), _processor(table.c[name], dialect)) for name, d in defaults.items()]
         plain = [p is None for p in processors]
 
         def values(row: dict) -> list:
@@ -60,6 +60,10 @@ def _default(default):
     return default.arg(None) if default.is_callable else default.arg
 
 
-def _bound(value, type_, dialect):
-    processor = type_.dialect_impl(dialect).bind_processor(dialect)
+def _processor(column, dialect):
+    """The column type's bind processor on `dialect` (None: the value goes as it is)."""
+    return column.type.dialect_impl(dialect).bind_processor(dialect)
+
+
+def _bound(value, processor):
     return value if processor is None or value is None else processor(value)

@@ -31,7 +31,6 @@ from jobs.work.tickets import FIRST_TICKETS
 
 router = APIRouter(prefix="/v1", tags=["submit"])
 
-
 _TYPES = {"application/yaml": ".yaml", "application/x-yaml": ".yaml", "text/yaml": ".yaml", "text/x-yaml": ".yaml",
           "application/jsonl": ".jsonl", "application/x-ndjson": ".jsonl", "application/jsonlines": ".jsonl",
           "text/jsonl": ".jsonl"}

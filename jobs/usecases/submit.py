@@ -111,7 +111,7 @@ def submit_manifest(settings: Settings, manifest: Path, options: Options = Optio
         from jobs.work.app import create_app  # here, not at the top: Celery is only for use cases that queue
         from jobs.work.tickets import MAX_TICKETS, send_tickets
 
-        count = min(submitted.pending_units, MAX_TICKETS, MAX_TICKETS if tickets is None else tickets)
+        count = min(submitted.pending_units, MAX_TICKETS if tickets is None else min(tickets, MAX_TICKETS))
         try:
             with shown.count(f"queueing {submitted.name}", count) as advance:
                 send_tickets(create_app(settings), count, submitted.model, on_sent=lambda: advance(1))

@@ -37,11 +37,16 @@ class Service:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = cwd / "serve.log"
+        self.args = args
         self.cli("db", "upgrade")
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "jobs", "serve", "--port", str(self.port), *args],
-                                         cwd=cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        self.start()
+
+    def start(self) -> None:
+        """Start `serve` on this port (again, after a stop or a kill: its log goes on) and wait until it answers."""
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "jobs", "serve", "--port", str(self.port),
+                                          *self.args], cwd=self.cwd, env=self.env, stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 60
         while True:
             try:
