@@ -32,6 +32,9 @@ from engine.types import RenderBatch, RenderedVideo, RenderRequest, Shape, add_s
 
 log = logging.getLogger(__name__)
 
+# Shapes a worker remembers as warm (Engine.warm_shapes): as many as it warms up ahead (jobs.render.serving.warm_up).
+WARM_SHAPES = 4
+
 
 class Engine:
     def __init__(self, config: EngineConfig, registry: Registry, *, measuring: Collection[str] = ()):
@@ -41,8 +44,10 @@ class Engine:
         self.registry = registry
         # The loaded pipelines, their light decoders and expert swaps, and the gates checked before loading.
         self.pipelines = PipelineCache(config, registry, measuring)
-        # The shape of the last batch rendered: a worker prefers more of it (jobs.claims.claims.Serving).
+        # The shape of the last batch rendered, and the last WARM_SHAPES shapes rendered or warmed up (most recent
+        # first): a worker prefers more of them, its compiled graphs and kernels warm (jobs.claims.claims.Serving).
         self.last_shape: Shape | None = None
+        self.warm_shapes: tuple[Shape, ...] = ()
         self._identities: dict[str, str] = {}
         # Shape key -> the largest batch that fitted in device memory, learnt from out-of-memory errors.
         self.max_batch: dict[str, int] = {}
@@ -75,6 +80,11 @@ class Engine:
     def light_decoder(self, name: str) -> torch.nn.Module | None:
         return self.pipelines.light_decoder(name)
 
+    def remember(self, shape: Shape, instead_of: Shape | None = None) -> None:
+        """`shape` is warm here (rendered, or warmed up by jobs.render.serving.warm_up, which rendered `instead_of`,
+        its one-step form, forgotten here)."""
+        self.warm_shapes = (shape, *(s for s in self.warm_shapes if s not in (shape, instead_of)))[:WARM_SHAPES]
+
     def render(self, batch: RenderBatch, should_stop: Callable[[], str | None] | None = None) -> list[RenderedVideo]:
         """Render a same-shape batch: text embeddings, denoising, decoding; one generator per video.
 
@@ -93,6 +103,7 @@ class Engine:
             return [video for start in range(0, len(requests), limit)
                     for video in self.render(RenderBatch(batch.shape, requests[start : start + limit]), should_stop)]
         self.last_shape = batch.shape
+        self.remember(batch.shape)
         stepped: list[int] = []  # one entry per denoising step done, asked with should_stop after each
 
         def counted() -> str | None:

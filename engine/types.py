@@ -34,6 +34,14 @@ class Shape:
         key = f"{self.model}|{self.width}x{self.height}|f{self.frames}|s{self.steps}|g{self.guidance:g}"
         return key + "|image" if self.image else key
 
+    @classmethod
+    def parse(cls, key: str) -> Shape:
+        """The shape whose key() is `key`."""
+        model, size, frames, steps, guidance, *image = key.split("|")
+        width, height = size.split("x")
+        return cls(model, int(width), int(height), int(frames[1:]), int(steps[1:]), float(guidance[1:]),
+                   image == ["image"])
+
 
 @dataclass(frozen=True)
 class RenderRequest:

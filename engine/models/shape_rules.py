@@ -87,6 +87,12 @@ def read_rules(path: Path, base: Path | None = None, where: str = "") -> ShapeRu
                       rope_max_seq_len=int(transformer.get("rope_max_seq_len") or 1024))
 
 
+def rules_of(info) -> ShapeRules:
+    """A registration's rules (engine.models.registry.ModelInfo `info`): those read when it was registered, else its
+    folder's."""
+    return info.rules if info.rules is not None else read_rules(info.path, info.base, f"model {info.name}")
+
+
 def _config(path: Path, base: Path | None, part: str, where: str) -> dict:
     file = path / part / "config.json"
     if not file.is_file() and base is not None:

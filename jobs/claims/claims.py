@@ -4,8 +4,9 @@ Claimable (jobs.db.queries.claimable_units): pending, its turn (a long video's n
 past its retry backoff, and of a model the worker serves (`Serving`): work for a model no live worker serves waits.
 Among those, the best unit decides the batch's shape: the highest rank (jobs.db.submission.unit_rank), where a unit of
 a model the worker has loaded counts `affinity_s` seconds of waiting more, and one of its last batch's shape as much
-again. As many units of that shape as the worker's max batch for the model (its own, or the registration's if
-smaller) join it.
+again. As many units of that shape as the worker's max batch for the model (its own, the registration's, or its
+device's memory envelope's for the shape, whichever is smallest) join it; a shape of which the envelope fits not one
+video is passed over, for a worker with more memory.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from datetime import timedelta
 
 from sqlalchemy import case, func, select, update
 
+from engine.models.envelope import Envelope, tokens
+from engine.models.shape_rules import ShapeRules
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.claims.fair import FairShare
 from jobs.claims.gate import Gate
@@ -34,22 +37,40 @@ ORDER = (WorkUnit.rank.desc(), WorkUnit.id)
 class Serving:
     """What a worker claims: units of `models` only, at most `max_batch[model]` at a time where a registration sets
     a smaller batch, and, preferred by `affinity_s` seconds of rank, work for what it has warm: the `loaded` models
-    (their pipelines are in memory) and the `shape` of its last batch (its compiled graphs, its learnt batch size)."""
+    (their pipelines are in memory) and the `shape` of its last batch and its other `warm` shapes (their compiled graphs,
+    its learnt batch size)."""
 
     models: tuple[str, ...]
     max_batch: Mapping[str, int] = field(default_factory=dict)
     loaded: tuple[str, ...] = ()
     shape: Shape | None = None
     affinity_s: float = 0.0
+    # The shapes it has warm besides the last (compiled or warmed up ahead: engine.engine.Engine.warm_shapes), each
+    # preferred as the last shape is: a worker warm for a shape takes its work before a cold one would.
+    warm: tuple[Shape, ...] = ()
+    # Its device's memory envelope per model, with the model's shape rules (engine.models.envelope): at most the
+    # largest batch of a shape the envelope allows, and nothing of a shape of which not even one video fits.
+    envelopes: Mapping[str, tuple[Envelope, ShapeRules]] = field(default_factory=dict)
+
+    def limit(self, shape_key: str, model: str, max_batch: int) -> int:
+        """The most units of the shape `shape_key` one claim takes (0: none)."""
+        limit = min(max_batch, self.max_batch.get(model, max_batch))
+        if model in self.envelopes:
+            envelope, rules = self.envelopes[model]
+            shape = Shape.parse(shape_key)
+            limit = min(limit, envelope.largest_batch(tokens(rules, shape.width, shape.height, shape.frames),
+                                                      shape.width, shape.height))
+        return limit
 
     def probes(self) -> list[tuple[tuple, float]]:
-        """(where-clauses, rank bonus) per probe: the last shape, each loaded model, each other served model. One
-        probe per model rather than `model IN (...)`: each is the first entry of its index range, where an IN list
-        would have PostgreSQL (before 17) sort every claimable unit of those models."""
+        """(where-clauses, rank bonus) per probe: the last shape, the other warm shapes, each loaded model, each
+        other served model. One probe per model rather than `model IN (...)`: each is the first entry of its index
+        range, where an IN list would have PostgreSQL (before 17) sort every claimable unit of those models."""
         loaded = [m for m in self.loaded if m in self.models]
         probes: list[tuple[tuple, float]] = []
-        if self.affinity_s and self.shape is not None and self.shape.model in loaded:
-            probes.append(((WorkUnit.shape_key == self.shape.key(),), 2 * self.affinity_s))
+        if self.affinity_s:
+            warm = dict.fromkeys(s.key() for s in (self.shape, *self.warm) if s is not None and s.model in loaded)
+            probes += [((WorkUnit.shape_key == key,), 2 * self.affinity_s) for key in warm]
         probes += [((WorkUnit.model == m,), self.affinity_s) for m in loaded]
         probes += [((WorkUnit.model == m,), 0.0) for m in self.models if m not in loaded]
         return probes
@@ -171,9 +192,13 @@ def _select_batch(s, claimable: tuple, serving: Serving | None, held: set[int], 
     if held:  # only when some run is held back, so the usual claim stays one indexed probe a model
         where = (*claimable, WorkUnit.video_id.not_in(select(Video.id).where(Video.run_id.in_(held))))
     first = _best(s, where, serving)
+    too_big: list[str] = []  # shapes of which not one video fits this worker's envelope: left to larger devices
+    while first is not None and serving is not None and serving.limit(first.shape_key, first.model, max_batch) < 1:
+        too_big.append(first.shape_key)
+        first = _best(s, (*where, WorkUnit.shape_key.not_in(too_big)), serving)
     if first is None:
         return None
-    limit = min(max_batch, serving.max_batch.get(first.model, max_batch)) if serving is not None else max_batch
+    limit = serving.limit(first.shape_key, first.model, max_batch) if serving is not None else max_batch
     units = [first]
     if not first.solo and limit > 1:
         units += s.scalars(select(WorkUnit).where(*where, WorkUnit.shape_key == first.shape_key,

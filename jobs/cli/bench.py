@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from jobs.bench.compare import BenchResult
 
 bench_app = typer.Typer(cls=BenchGroup, short_help="Measure reelbatch: side by side with the diffusers script (no "
-                        "subcommand), or quality, precision, long, ladder, fleet, scale, cold.")
+                        "subcommand), or quality, precision, long, ladder, fleet, scale, cold, envelope.")
 
 
 @bench_app.callback(invoke_without_command=True)
@@ -139,6 +139,74 @@ def cold(
     out.print(table)
     out.print(f"from the bundle: {r.speedup:.2f}x sooner than cold with compile on; "
               f"MP4s {'identical' if r.identical else 'DIFFERENT'}")
+
+
+@bench_app.command("envelope", short_help="A model's peak memory per shape and batch: fitted, checked, kept.")
+def envelope(
+    model: Annotated[Optional[str], typer.Option("--model", help="A registered model.")] = None,
+    preset: Annotated[Optional[str], typer.Option("--preset", help="Or a bench preset's model (e.g. cpu).")] = None,
+    resolution: Annotated[Optional[str], typer.Option(
+        "--resolution", help="WIDTHxHEIGHT the sizes are planned around (default: the model's).")] = None,
+    frames: Annotated[Optional[int], typer.Option("--frames", min=1, max=1001,
+                                                  help="Frames a pass (default: the model's).")] = None,
+    record: Annotated[bool, typer.Option("--record/--no-record",
+                                         help="Keep it in the database for workers and submit.")] = True,
+    json_: JsonOption = False,
+) -> None:
+    """Measure peak memory on this device at sizes around the model's shape (batch 1 and 2, wider, longer), fit the
+    line (a fixed part, per latent token, per frame pixel), check it on three sizes the fit never saw, and keep the
+    envelope: workers then take at most the batch of each shape that leaves 20% of memory free, and submit refuses a
+    video that fits no device measured."""
+    from jobs.bench.envelope import model_info, run_envelope
+
+    settings = Settings.from_env()
+    try:
+        width = height = None
+        if resolution is not None:
+            width, height = _resolution(resolution)
+        info = model_info(settings, model, preset)
+        err.print(f"bench envelope: measuring {info.name} (a child process; the first size loads the model)")
+        r = run_envelope(settings, info, width, height, frames, record)
+    except ReelbatchError as exc:
+        fail(exc)
+    if json_:
+        out.print_json(json.dumps(r.to_dict()))
+        return
+    e = r.envelope
+    out.print(f"{e.model} on {e.device}: {e.resident_bytes / 2**20:.0f} MiB resident; a batch's peak = "
+              f"{e.fixed_bytes / 2**20:.1f} MiB + {e.per_token_bytes / 2**10:.2f} KiB a latent token + "
+              f"{e.per_pixel_bytes / 2**10:.2f} KiB a frame pixel; budget {e.budget_bytes / 2**30:.2f} GiB "
+              f"({1 - e.spare:.0%} of {e.memory_bytes / 2**30:.1f} GiB less resident)")
+    table = Table(title="measured peaks (MiB)")
+    for column in ("size", "tokens", "measured", "predicted", "error", "used for"):
+        table.add_column(column)
+    for p in r.fitted:
+        table.add_row(_size(p), f"{p.batch * p.tokens:,}", f"{p.peak_bytes / 2**20:.1f}",
+                      f"{e.predict(p.batch, p.tokens, p.width, p.height) / 2**20:.1f}", "", "fit")
+    for h in r.held:
+        p = h.point
+        table.add_row(_size(p), f"{p.batch * p.tokens:,}", f"{p.peak_bytes / 2**20:.1f}",
+                      f"{h.predicted / 2**20:.1f}", f"{h.error:+.1%}", "held out")
+    out.print(table)
+    for failed in r.failed:
+        out.print(f"did not fit: {failed}")
+    out.print(f"held out: worst error {r.worst:.1%} over {len(r.held)} sizes; largest batch: " + ", ".join(
+        f"{p.width}x{p.height} {p.frames} frames: {n}" for p, n in r.largest()))
+    out.print("kept in the database for workers and submit" if r.recorded else "not kept (--no-record)")
+
+
+def _size(p) -> str:
+    return f"{p.batch} x {p.width}x{p.height}, {p.frames} frames"
+
+
+def _resolution(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(n) for n in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--resolution: expected WIDTHxHEIGHT, e.g. 128x128, got {text!r}") from None
+    if width < 1 or height < 1:
+        raise UsageError(f"--resolution: sides must be at least 1, got {text!r}")
+    return width, height
 
 
 bench_app.command("quality", short_help="Quality gates of lossy settings, precisions or a distilled model.")(quality)

@@ -26,6 +26,10 @@ def worker(
     max_models: Annotated[Optional[int], typer.Option(min=1, help="Pipelines kept loaded; another unloads the least "
                                                                   "recently used (default REELBATCH_MAX_MODELS).")] = None,
     gpu_rate: Annotated[Optional[float], typer.Option(min=0.000001, help="USD per GPU-hour for cost records (default REELBATCH_GPU_HOUR_USD).")] = None,
+    warm: Annotated[Optional[bool], typer.Option("--warm/--no-warm", help="Render one step of each shape waiting "
+                                                 "most before the first claim (default REELBATCH_WARM).")] = None,
+    envelope: Annotated[Optional[str], typer.Option(help="use, measure (a missing memory envelope at start) or off "
+                                                         "(default REELBATCH_ENVELOPE, else use).")] = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
     log_format: Annotated[str, typer.Option("--log-format", help="text, or json: one JSON object per line, with "
                                                                  "the batch's run and video ids.")] = "text",
@@ -46,6 +50,8 @@ def worker(
         fail(UsageError(f"--pool must be solo or prefork, got {pool!r}"))
     if log_format not in ("text", "json"):
         fail(UsageError(f"--log-format must be text or json, got {log_format!r}"))
+    if envelope not in (None, "use", "measure", "off"):
+        fail(UsageError(f"--envelope must be use, measure or off, got {envelope!r}"))
     if pool == "solo" and concurrency != 1:
         fail(UsageError("--pool solo renders in one process: use --pool prefork for --concurrency above 1"))
     # Here, not at the top: Celery and the render path (torch) only for the command that renders.
@@ -55,7 +61,8 @@ def worker(
 
     try:
         options = {"worker.max_batch": max_batch, "prices.gpu.usd_per_hour": gpu_rate, "worker.queue": queue,
-                   "worker.models": _names(models), "engine.max_models": max_models}
+                   "worker.models": _names(models), "engine.max_models": max_models, "worker.warm": warm,
+                   "worker.envelope": envelope}
         settings = Settings.from_env().with_values({k: v for k, v in options.items() if v is not None})
         session_factory(settings.database_url)  # refuse to start against a schema this code does not know
         served = settings.served_models()

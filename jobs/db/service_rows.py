@@ -98,3 +98,25 @@ class NotificationAttempt(Timestamps, Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     accepted: Mapped[bool] = mapped_column(Boolean)
+
+
+class EnvelopeRow(Timestamps, Base):
+    """A model's measured memory envelope on one device (engine.models.envelope, jobs.db.envelopes): the line through
+    its peaks, what the process holds once it is loaded, and the out-of-memory errors that shrank it since."""
+
+    __tablename__ = "envelopes"
+    __table_args__ = (UniqueConstraint("model", "device"),)
+
+    model: Mapped[str] = mapped_column(String(128))
+    device: Mapped[str] = mapped_column(String(255))
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    resident_bytes: Mapped[int] = mapped_column(BigInteger)
+    fixed_bytes: Mapped[float] = mapped_column(Float)
+    per_token_bytes: Mapped[float] = mapped_column(Float)
+    per_pixel_bytes: Mapped[float] = mapped_column(Float)
+    spare: Mapped[float] = mapped_column(Float)
+    ooms: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    last_oom: Mapped[str | None] = mapped_column(Text)
+    # The measured points (JSON: a list of engine.models.envelope.Point) and what measured them (torch, the guidance).
+    points: Mapped[str] = mapped_column(Text)
+    measured_with: Mapped[str] = mapped_column(Text)

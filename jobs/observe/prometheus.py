@@ -19,12 +19,18 @@ serves on PORT. Scrape every port of every worker; sum across them in queries.
 - reelbatch_desired_workers{model}: the workers that model's queue wants now (jobs.cost.scale, the figure
   `reelbatch scale` and KEDA's query give), as the fleet's sweeper last saw (gauge; take the max, not the sum);
 - reelbatch_worker_busy: 1 while this process renders a batch, else 0, read when scraped (gauge): a scale-down
-  stops a worker whose every process reads 0 (it still drains on SIGTERM).
+  stops a worker whose every process reads 0 (it still drains on SIGTERM);
+- reelbatch_cold_start_seconds{stage}: seconds from this process's start to its first model loaded
+  (`model_loaded`) and to its first video stored (`first_video`), set once (gauge);
+- reelbatch_out_of_memory_total: batches that ran out of device memory and were split (each shrinks the device's
+  memory envelope: jobs.render.envelopes).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -45,9 +51,36 @@ TEAM_MONTH_USD = Gauge("reelbatch_team_month_usd", "A team's charges this calend
 
 DESIRED_WORKERS = Gauge("reelbatch_desired_workers", "Workers a model's queue wants now", ["model"])
 WORKER_BUSY = Gauge("reelbatch_worker_busy", "1 while this process renders a batch")
+COLD_START = Gauge("reelbatch_cold_start_seconds", "Seconds from process start to a stage, set once", ["stage"])
+OUT_OF_MEMORY = Counter("reelbatch_out_of_memory", "Batches that ran out of device memory and were split")
 
 _served: int | None = None
 _desired_shown: set[str] = set()
+
+
+_cold_seen: set[str] = set()
+
+
+def cold_start(stage: str) -> None:
+    """Set reelbatch_cold_start_seconds{stage} to this process's age, the first time `stage` is reached."""
+    if stage not in _cold_seen:
+        _cold_seen.add(stage)
+        age = process_age_s()
+        COLD_START.labels(stage).set(age)
+        log.info("cold start: %s %.1f s after the process started", stage, age)
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: its start time in /proc/self/stat against /proc/uptime)."""
+    try:
+        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks since boot
+        return max(0.0, float(open("/proc/uptime").read().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
+
+
+_IMPORTED = time.monotonic()
 
 
 def publish_scale(found) -> None:

@@ -101,6 +101,7 @@ def charge_released(factory: Factory, unit: ClaimedUnit, kind: str, spent: float
 
 def count_success(out: VideoOutput) -> None:
     prometheus.VIDEOS.labels("succeeded").inc()
+    prometheus.cold_start("first_video")
     prometheus.GPU_SECONDS.inc(out.charged_s)
     for stage, seconds in {**out.stages, "encode": out.encode_s, "upload": out.upload_s}.items():
         if seconds is not None:

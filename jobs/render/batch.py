@@ -18,9 +18,11 @@ from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
 
+import torch
+
 from engine.engine import Engine
-from engine.errors import RenderInterrupted
-from engine.types import RenderBatch
+from engine.errors import RenderInterrupted, RetryableRenderError
+from engine.types import RenderBatch, Shape
 from jobs.claims import claims, fair
 from jobs.claims.claims import Claim
 from jobs.claims.gate import Gate
@@ -30,6 +32,7 @@ from jobs.manifest import keys
 from jobs.notify.finished import run_finished
 from jobs.observe import logs, prometheus
 from jobs.observe.identity import worker_id
+from jobs.render import envelopes
 from jobs.render.adopt import adopt_earlier_uploads
 from jobs.render.attempts import retry, tally
 from jobs.render.chunks import chunk_request
@@ -61,7 +64,7 @@ def render_next_batch(settings: Settings, engine: Engine, factory: Factory, fini
         return BatchResult()
     gate = Gate(meter.rate, settings.prices.storage, settings.engine.cache_dir)
     claim = claims.claim_batch(factory, owner=worker_id(), max_batch=settings.worker.max_batch,
-                               lease_s=settings.limits.lease_s, serving=serving(settings, engine), gate=gate,
+                               lease_s=settings.limits.lease_s, serving=serving(settings, engine, factory), gate=gate,
                                fair=fair.shared() if settings.worker.fair_share else None)
     if gate.stopped:  # a run stopped at its budget may have nothing left running to notice that it finished
         _notice_finished(settings, factory, set(gate.stopped))
@@ -99,6 +102,7 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
             # Loaded before the busy span: loading the model is the worker's idle time (jobs.cost.ledger), not the
             # first batch's, so what a video is charged (and estimated from: jobs.cost.estimate) is its render.
             engine.pipeline(claim.batch.shape.model)
+            prometheus.cold_start("model_loaded")
         except Exception as exc:  # noqa: BLE001 - a model that cannot load fails its videos' attempt, as a render would
             log.exception("loading %s failed", claim.batch.shape.model)
             return _with_unreadable(failed_all(settings, factory, claim, todo, exc, adopted, meter), retried, failed)
@@ -111,7 +115,15 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
             with meter.busy(u.video_id for u in todo) as span:
                 batch = RenderBatch(claim.batch.shape, tuple(
                     chunk_request(factory, keys.store_for(u.output), r, u) for r, u in pairs))
-                rendered = engine.render(batch, should_stop=keeper.should_stop)
+                learnt = engine.max_batch.get(batch.shape.key())
+                try:
+                    rendered = engine.render(batch, should_stop=keeper.should_stop)
+                except RetryableRenderError as exc:
+                    if isinstance(exc.__cause__, torch.OutOfMemoryError):  # not even one fitted
+                        _out_of_memory(settings, factory, engine, batch.shape, 1)
+                    raise
+                if engine.max_batch.get(batch.shape.key()) != learnt:  # it ran out of memory and split
+                    _out_of_memory(settings, factory, engine, batch.shape, len(batch.requests))
         except RenderInterrupted as exc:
             return interrupted(settings, factory, claim, todo, exc.reason, limit, adopted, meter,
                                span.seconds / len(todo))
@@ -131,6 +143,13 @@ def _render_claim(settings: Settings, engine: Engine, factory: Factory, claim: C
         finishing = partial(_then_notice, settings, factory, claim, store)
         finisher.submit(partial(logs.current_context().run, finish, finishing, held.pop_all()))
         return BatchResult(len(claim.units), retried=retried, failed=failed, pending=len(todo))
+
+
+def _out_of_memory(settings: Settings, factory: Factory, engine: Engine, shape: Shape, videos: int) -> None:
+    """`videos` of `shape` ran out of device memory: counted, and this device's envelope shrinks."""
+    prometheus.OUT_OF_MEMORY.inc()
+    if settings.worker.envelope != "off":
+        envelopes.after_oom(settings, factory, engine.registry.get(shape.model), shape, videos)
 
 
 def _with_unreadable(result: BatchResult, retried: int, failed: int) -> BatchResult:

@@ -10,10 +10,11 @@ import numpy as np
 
 from engine.engine import Engine
 from engine.levers.gates import UngatedSetting
+from engine.models.shape_rules import rules_of
 from engine.types import RenderBatch, RenderRequest, Shape
 from jobs.claims.claims import Serving, waiting_shapes
 from jobs.db.queries import Factory
-from jobs.render import warm_bundles
+from jobs.render import envelopes, warm_bundles
 from jobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,13 +45,17 @@ def gated_models(engine: Engine, models: tuple[str, ...]) -> tuple[tuple[str, ..
     return tuple(ok), tuple(ungated)
 
 
-def serving(settings: Settings, engine: Engine) -> Serving:
+def serving(settings: Settings, engine: Engine, factory: Factory | None = None) -> Serving:
     """What this worker claims (jobs.claims.claims.Serving): the models it serves whose gates passed
-    (gated_models), their registrations' batch limits, and what its engine has warm."""
+    (gated_models), their registrations' batch limits, what its engine has warm, and with a `factory` its device's
+    memory envelopes (jobs.render.envelopes)."""
     registry = engine.registry
     models = gated_models(engine, settings.served_models(registry))[0]
     limits = {m: registry.get(m).max_batch for m in models if registry.get(m).max_batch}
-    return Serving(models, limits, engine.loaded(), engine.last_shape, settings.worker.affinity_s)
+    kept = envelopes.for_worker(settings, factory) if factory is not None else {}
+    fits = {m: (kept[m], rules_of(registry.get(m))) for m in models if m in kept}
+    return Serving(models, limits, engine.loaded(), engine.last_shape, settings.worker.affinity_s, engine.warm_shapes,
+                   fits)
 
 
 def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 4) -> list[str]:
@@ -58,9 +63,11 @@ def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 
     size the worker will claim, so its first real batch runs compiled code (a compile costs 15-25 s per shape on a
     CPU, more for a large model). Returns the shape keys warmed."""
     warmed = []
-    served = serving(settings, engine)
+    served = serving(settings, engine, factory)
     for shape, waiting in waiting_shapes(factory, shapes, served.models):
-        size = min(settings.worker.max_batch, served.max_batch.get(shape.model, settings.worker.max_batch), waiting)
+        size = min(served.limit(shape.key(), shape.model, settings.worker.max_batch), waiting)
+        if size < 1:
+            continue  # no video of it fits this device's envelope: another worker takes it
         # A model that renders every video from an image warms up from a black one.
         image = None
         if shape.model in engine.registry and engine.registry.get(shape.model).image_condition == "pipeline":
@@ -72,10 +79,12 @@ def warm_up(settings: Settings, engine: Engine, factory: Factory, shapes: int = 
                 engine.pipeline(shape.model)  # loaded first: it names Inductor's folder, compiled at first use
                 key = warm_bundles.bundle_key(engine, shape)
                 fetched = warm_bundles.fetch(settings.worker.warm_uri, key, warm_bundles.inductor_dir())
-            engine.render(RenderBatch(replace(shape, steps=1), requests))
+            stepped = replace(shape, steps=1)
+            engine.render(RenderBatch(stepped, requests))
         except Exception as exc:  # noqa: BLE001 - a shape that cannot render fails its own videos, not the worker
             log.warning("warm-up of %s failed: %s", shape.key(), exc)
             continue
+        engine.remember(shape, instead_of=stepped)  # claims prefer it now (jobs.claims.claims.Serving)
         if key is not None and not fetched:
             warm_bundles.publish(settings.worker.warm_uri, key, warm_bundles.inductor_dir())
         warmed.append(shape.key())

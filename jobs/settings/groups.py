@@ -31,6 +31,9 @@ class Worker:
     seam_review: float
     metrics_port: int | None
     warm_uri: str | None  # where warm-start bundles are kept (jobs.render.warm_bundles); None: none
+    envelope: str  # "use", "measure" or "off" (jobs.render.envelopes)
+    warm: bool  # render each waiting shape once (one step) before the first claim (jobs.render.serving.warm_up)
+    device_memory_gib: float | None  # the memory its device may use; None: the device's own
 
 
 @dataclass(frozen=True)

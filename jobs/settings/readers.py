@@ -94,6 +94,12 @@ def switch(raw: str) -> bool:
     raise BadValue("expected 1/0 (or on/off, true/false)")
 
 
+def envelope_mode(raw: str) -> str:
+    if raw.strip() not in ("use", "measure", "off"):
+        raise BadValue("must be use, measure or off")
+    return raw.strip()
+
+
 def device(raw: str) -> str:
     if not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]+)?", raw.strip()):
         raise BadValue("must be auto, cpu, cuda, cuda:N or mps")

@@ -15,6 +15,7 @@ from jobs.settings.readers import (
     count,
     count_or_auto,
     device,
+    envelope_mode,
     fraction,
     fraction_or_zero,
     input_prefixes,
@@ -164,6 +165,17 @@ VARIABLES: tuple[Variable, ...] = (
       "with `REELBATCH_COMPILE=1`: a folder or bucket (`file://DIR/`, `s3://BUCKET/PREFIX/`) where workers keep each "
       "shape's compiled code and a new worker fetches it before compiling (warm start); only a store the operators "
       "alone write, since a bundle is code the worker runs"),
+    V("REELBATCH_WARM", "worker.warm", switch, False, "`0`",
+      "`1`: before its first claim a worker renders one step of each shape waiting most (up to 4) at the batch it "
+      "will claim, so its first batch meets loaded weights and warm kernels (`reelbatch worker --warm`); with "
+      "`REELBATCH_COMPILE=1` this is always done, as the compile"),
+    V("REELBATCH_ENVELOPE", "worker.envelope", envelope_mode, "use", "`use`",
+      "memory envelopes (docs/OPERATIONS.md): `use`: a worker takes at most the batch its device's measured envelope "
+      "allows for each shape; `measure`: as `use`, and a worker measures a served model's envelope at start when "
+      "none is kept for its device; `off`: batches by REELBATCH_MAX_BATCH alone (and submit checks none)"),
+    V("REELBATCH_DEVICE_MEMORY_GIB", "worker.device_memory_gib", positive, None, "the device's",
+      "the memory, in GiB, a worker's device may use for envelopes (a worker given part of a machine); "
+      "default: a GPU's total, a CPU's memory or its cgroup's limit"),
     # Faults and time limits (limits: jobs.settings.groups.Limits).
     V("REELBATCH_LEASE_S", "limits.lease_s", positive, 120.0, "120",
       "how long a worker's claim lasts unless renewed (it is renewed while rendering)"),

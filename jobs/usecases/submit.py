@@ -14,6 +14,7 @@ from jobs.errors import UsageError
 from jobs.manifest import load_manifest
 from jobs.manifest.specs import RunSpec
 from jobs.settings import Settings
+from jobs.usecases import envelopes
 from jobs.usecases.feedback import SILENT, Feedback
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ def check_signable(settings: Settings, manifest: Path, spec: RunSpec) -> None:
 
 
 def read_manifest(settings: Settings, manifest: Path, options: Options, feedback: Feedback = SILENT) -> RunSpec:
-    """The manifest checked as every way in checks it (the settings' policy), with the options applied."""
+    """The manifest checked as every way in checks it (the settings' policy, the memory envelopes recorded), with
+    the options applied."""
     with feedback.phase(f"validating {manifest}"):
         spec = load_manifest(manifest, registry=settings.registry(), name=options.name, model=options.model,
                              output=options.output, notify=options.notify, sets=options.sets,
@@ -65,6 +67,7 @@ def read_manifest(settings: Settings, manifest: Path, options: Options, feedback
     if options.served:
         check_served_name(spec.name, f"{manifest.name}: name")
     check_signable(settings, manifest, spec)
+    envelopes.check(settings, manifest, spec)  # a video that fits no measured device's memory
     return spec
 
 

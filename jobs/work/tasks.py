@@ -12,6 +12,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from jobs.claims import claims
 from jobs.db.connect import session_factory
 from jobs.render.batch import render_next_batch
+from jobs.render.envelopes import measure_missing
 from jobs.render.serving import warm_up
 from jobs.work import process
 from jobs.work.firing import fire_due
@@ -55,11 +56,16 @@ _warmed = threading.Event()
 
 
 def _compile_ahead(settings, engine, factory) -> None:
-    """With compile on, a worker's first ticket compiles the shapes waiting in the queue before it claims (a claim's
-    lease would otherwise tick through the compile)."""
-    if settings.engine.compile and not _warmed.is_set():
-        _warmed.set()
-        log.info("compiled ahead for %s", warm_up(settings, engine, factory) or "no waiting shapes")
+    """Before a worker's first claim: its missing memory envelopes measured (REELBATCH_ENVELOPE=measure), and with
+    compile on or REELBATCH_WARM the shapes waiting in the queue rendered a step each (a claim's lease would
+    otherwise tick through the compile)."""
+    if _warmed.is_set():
+        return
+    _warmed.set()
+    if settings.worker.envelope == "measure":
+        measure_missing(settings, factory, engine.registry, process.served())
+    if settings.engine.compile or settings.worker.warm:
+        log.info("warmed up ahead for %s", warm_up(settings, engine, factory) or "no waiting shapes")
 
 
 @shared_task(name="reelbatch.fire_schedules")

@@ -188,3 +188,15 @@ def test_a_worker_without_a_models_gate_leaves_its_work_and_status_says_why(fact
     # The record is read at each claim: no restart.
     assert keys(claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60,
                                    serving=serving(settings, engine))) == ["f0", "f1"]
+
+
+def test_a_warm_shape_counts_as_the_last_one_does(factory, registry, tmp_path):
+    # As above, but the 10-step shape was warmed up (or rendered earlier) and the last batch was a third shape
+    # (5 steps, nothing waiting): 999,500 + 2 x 600 = 1,000,700 > 1,000,000 + 600.
+    submit(factory, registry, tmp_path, "a", "toy", 1, rank=1_000_000)
+    submit(factory, registry, tmp_path, "b", "toy", 1, rank=999_500, extra="defaults:\n  steps: 10\n")
+    warm = Shape("toy", 32, 32, 9, 10, 2.0)
+    claim = claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60,
+                               serving=Serving(("toy",), loaded=("toy",), shape=Shape("toy", 32, 32, 9, 5, 2.0),
+                                               affinity_s=600, warm=(warm,)))
+    assert keys(claim) == ["b0"] and claim.batch.shape == warm
