@@ -8,7 +8,9 @@
 #      attention backend (REELBATCH_ATTENTION) for step 3;
 #   3. bench-wan-1.3b.json: `reelbatch bench --preset wan-1.3b` with that backend (the baseline is diffusers' default);
 #   4. tests.txt: the tests that need a GPU (tests/gpu);
-#   5. bench-wan-1.3b-compile.json: the same bench with compile on too, if time is left.
+#   5. bench-wan-1.3b-compile.json: the same bench with compile on too, if time is left;
+#   6. envelope-wan-1.3b.json: `reelbatch bench envelope --preset wan-1.3b --no-record` (peak memory at seven sizes
+#      around 832x480, 81 frames; the line and its held-out error), if time is left.
 #   usage: scripts/gpu_check.sh OUT_DIR [STEPS] [BUDGET_S]
 #   (STEPS: denoising steps per video, default 50; BUDGET_S: seconds the whole check may take, default 3600)
 set -uo pipefail
@@ -99,6 +101,17 @@ if [ "$(left)" -gt 250 ]; then
   bench bench-wan-1.3b-compile $(( $(left) - 10 )) REELBATCH_COMPILE=1 REELBATCH_ATTENTION="$attention"
 else
   echo "== compile bench skipped: $(left)s left"
+fi
+if [ "$(left)" -gt 200 ]; then
+  echo "== envelope ($(left)s left)"
+  timeout $(( $(left) - 10 )) "$py" -c "import json
+from jobs.bench.envelope import model_info, run_envelope
+from jobs.settings import Settings
+settings = Settings.from_env()
+print(json.dumps(run_envelope(settings, model_info(settings, None, 'wan-1.3b'), record=False).to_dict()))" \
+    > "$out/envelope-wan-1.3b.json" 2> "$out/envelope-wan-1.3b.log" || { status=1; tail -n 25 "$out/envelope-wan-1.3b.log"; }
+else
+  echo "== envelope skipped: $(left)s left"
 fi
 echo "done in $(( SECONDS - start ))s"
 exit $status

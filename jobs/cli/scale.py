@@ -19,8 +19,10 @@ from jobs.usecases import scale as scaling
 def scale(
     model: Annotated[Optional[str], typer.Option(help="One model's count (default: every model's, summed).")] = None,
     horizon_s: Annotated[float, typer.Option("--horizon-s", help="Seconds a backlog should drain in.")] = DRAIN_HORIZON_S,
-    cold_start_s: Annotated[float, typer.Option("--cold-start-s", help="Seconds from a worker's start to its first "
-                                                "render, taken off the time left to each deadline.")] = COLD_START_S,
+    cold_start_s: Annotated[Optional[float], typer.Option(
+        "--cold-start-s", help="Seconds from a worker's start to its first video, taken off the time left to each "
+                               "deadline (default: the median recent workers measured, else "
+                               f"{COLD_START_S:g}).")] = None,
     sql: Annotated[bool, typer.Option("--sql", help="Print the count as one PostgreSQL statement (KEDA's "
                                       "postgresql scaler) with these figures written in, and read nothing.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")] = False,
@@ -30,7 +32,8 @@ def scale(
     worker is idle, which a scale-down may stop."""
     try:
         if sql:
-            sys.stdout.write(scaling.keda_query(horizon_s, cold_start_s, model) + "\n")
+            sys.stdout.write(scaling.keda_query(horizon_s, COLD_START_S if cold_start_s is None else cold_start_s,
+                                                model) + "\n")
             return
         found = scaling.scale(Settings.from_env(), horizon_s, cold_start_s, model)
     except ReelbatchError as exc:
@@ -39,7 +42,7 @@ def scale(
         emit_json(found.to_dict())
         return
     out.print(f"desired workers: {found.desired} (drain horizon {found.horizon_s:g} s, cold start "
-              f"{found.cold_start_s:g} s)", highlight=False)
+              f"{found.cold_start_s:g} s, {found.cold_start_source})", highlight=False)
     if found.models:
         table = Table("model", "desired", "busy", "backlog GPU-s", "for backlog", "for deadline", "units",
                       "unmeasured", box=None, pad_edge=False)

@@ -125,6 +125,18 @@ class Meter:
         except SQLAlchemyError as exc:
             log.warning("recording session %s's last work failed (the next heartbeat will): %s", self.session_id, exc)
 
+    def record_cold_start(self, seconds: float) -> None:
+        """Keep this process's cold start (its start to its first video stored) on its session, once."""
+        if self.factory is None or self.session_id is None:
+            return
+        try:
+            with self.factory.begin() as s:
+                s.execute(update(WorkerSession)
+                          .where(WorkerSession.id == self.session_id, WorkerSession.cold_start_s.is_(None))
+                          .values(cold_start_s=seconds).execution_options(synchronize_session=False))
+        except SQLAlchemyError as exc:
+            log.warning("recording session %s's cold start failed: %s", self.session_id, exc)
+
     def close(self) -> None:
         self._closed = True
         if self.session_id is None:

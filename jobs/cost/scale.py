@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from jobs.cost.estimate import BasisKind, Estimator, VideoShape
 from jobs.db.base import utcnow
-from jobs.db.scale_queries import SLACK, OpenUnits, open_units
+from jobs.db.scale_queries import SLACK, OpenUnits, measured_cold_start, open_units
 
 # Defaults a deployment may override (`reelbatch scale --horizon-s/--cold-start-s`; the same figures written into
 # KEDA's query). Ten minutes to drain a backlog; a cold start of two minutes, the middle of the 1-3 minutes of load
@@ -93,9 +93,18 @@ def _signal(model: str, rows: list[tuple[OpenUnits, float | None]], now: datetim
 
 
 def signals_now(factory) -> list[ModelSignal]:
-    """Each model's signal now at the default horizon and cold start (the workers' reelbatch_desired_workers)."""
+    """Each model's signal now at the default horizon and the measured cold start (the default without one): the
+    workers' reelbatch_desired_workers."""
     with factory() as s:
-        return signals(s, utcnow())
+        return signals(s, utcnow(), cold_start_s=cold_start(s)[0])
+
+
+def cold_start(s: Session) -> tuple[float, str]:
+    """(seconds, where they come from): the recent worker sessions' median cold start, else COLD_START_S."""
+    measured = measured_cold_start(s)
+    if measured is None:
+        return COLD_START_S, "default (no worker session has measured one)"
+    return measured[0], f"measured: the median of the last {measured[1]} worker sessions' first video stored"
 
 
 def desired_total(found: list[ModelSignal]) -> int:

@@ -201,6 +201,9 @@ class WorkerSession(Timestamps, Base):
     # The models it claims, comma-separated (`reelbatch status` names pending work no live session serves); None:
     # a session opened before workers recorded them, taken to serve every model.
     models: Mapped[str | None] = mapped_column(Text)
+    # Seconds from its process's start to its first video stored (its cold start: load, compile, first batch); the
+    # recent sessions' median is `reelbatch scale`'s cold start (jobs.db.scale_queries.measured_cold_start).
+    cold_start_s: Mapped[float | None] = mapped_column(Float)
 
 
 class CostRecord(Timestamps, Base):

@@ -88,6 +88,21 @@ def lease_holders(s: Session, now: datetime) -> dict[str, int]:
 
 # ---- the rule as one statement -------------------------------------------------------------------------------------
 
+# A measured cold start is the median of this many recent worker sessions that stored a video.
+COLD_SESSIONS = 20
+
+
+def measured_cold_start(s: Session) -> tuple[float, int] | None:
+    """(the median cold start of the last COLD_SESSIONS sessions that measured one, how many), or None."""
+    found = sorted(s.scalars(select(WorkerSession.cold_start_s).where(WorkerSession.cold_start_s.is_not(None))
+                             .order_by(WorkerSession.id.desc()).limit(COLD_SESSIONS)))
+    if not found:
+        return None
+    middle = len(found) // 2
+    median = found[middle] if len(found) % 2 else (found[middle - 1] + found[middle]) / 2
+    return median, len(found)
+
+
 def _epoch(dialect: str, column: str) -> str:
     if dialect == "sqlite":  # SQLite keeps DateTime as UTC text; julianday reads it
         return f"((julianday({column}) - 2440587.5) * 86400.0)"

@@ -61,13 +61,16 @@ _desired_shown: set[str] = set()
 _cold_seen: set[str] = set()
 
 
-def cold_start(stage: str) -> None:
-    """Set reelbatch_cold_start_seconds{stage} to this process's age, the first time `stage` is reached."""
-    if stage not in _cold_seen:
-        _cold_seen.add(stage)
-        age = process_age_s()
-        COLD_START.labels(stage).set(age)
-        log.info("cold start: %s %.1f s after the process started", stage, age)
+def cold_start(stage: str) -> float | None:
+    """Set reelbatch_cold_start_seconds{stage} to this process's age, the first time `stage` is reached; returns
+    that age then, else None."""
+    if stage in _cold_seen:
+        return None
+    _cold_seen.add(stage)
+    age = process_age_s()
+    COLD_START.labels(stage).set(age)
+    log.info("cold start: %s %.1f s after the process started", stage, age)
+    return age
 
 
 def process_age_s() -> float:

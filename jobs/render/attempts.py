@@ -99,10 +99,12 @@ def charge_released(factory: Factory, unit: ClaimedUnit, kind: str, spent: float
     prometheus.GPU_SECONDS.inc(spent)
 
 
-def count_success(out: VideoOutput) -> None:
+def count_success(out: VideoOutput) -> float | None:
+    """A stored video in the metrics; returns this process's cold start when it is its first (else None)."""
     prometheus.VIDEOS.labels("succeeded").inc()
-    prometheus.cold_start("first_video")
+    first = prometheus.cold_start("first_video")
     prometheus.GPU_SECONDS.inc(out.charged_s)
     for stage, seconds in {**out.stages, "encode": out.encode_s, "upload": out.upload_s}.items():
         if seconds is not None:
             prometheus.STAGE_SECONDS.labels(stage).observe(seconds)
+    return first

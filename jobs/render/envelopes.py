@@ -47,11 +47,13 @@ class Size:
 
 def plan(info: ModelInfo, width: int, height: int, frames: int) -> tuple[list[Size], list[Size]]:
     """The sizes the line is fitted on and the sizes held out to check it, around a base shape: the base at batches
-    1 and 2, twice as wide, about twice as long; held out: half as wide again and between the lengths, twice as wide
-    and high, and the longer one at batch 2."""
+    1 and 2, twice as wide, about twice as long (half as long when the base is the model's whole window); held out:
+    half as wide again and between the lengths, twice as wide and high, and the other length at batch 2."""
     grid = info.spatial_multiple
     wide = _side(2 * width, grid)
     longer = min(info.max_frames, _frames(2 * frames - 1, info.temporal_factor))
+    if longer == frames:  # the base is the model's whole window: about half as long instead
+        longer = _frames((frames + 1) // 2, info.temporal_factor)
     between = _frames((frames + longer) // 2, info.temporal_factor)
     fitted = [Size(width, height, frames, 1), Size(width, height, frames, 2), Size(wide, height, frames, 1),
               Size(width, height, longer, 1)]

@@ -114,7 +114,8 @@ def store_all(settings: Settings, factory: Factory, claim: Claim, todo: list[Cla
     for unit, out in stored:
         if recorded[unit.unit_id]:
             ok += 1
-            count_success(out)
+            if (first := count_success(out)) is not None:
+                meter.record_cold_start(first)
             if unit.chunked:
                 drop_checkpoints(factory, keys.store_for(unit.output), unit)
     if readied and on_ready is not None:

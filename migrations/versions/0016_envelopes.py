@@ -1,5 +1,5 @@
 """a model's measured memory envelope per device: the largest batch of each shape a worker claims, and the videos
-submit refuses (engine.models.envelope, jobs.db.envelopes)
+submit refuses (engine.models.envelope, jobs.db.envelopes); and each worker session's measured cold start
 
 Revision ID: 0016
 Revises: 0015
@@ -35,7 +35,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint('id', name=op.f('pk_envelopes')),
         sa.UniqueConstraint('model', 'device', name=op.f('uq_envelopes_model_device')),
     )
+    op.add_column('worker_sessions', sa.Column('cold_start_s', sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('worker_sessions') as batch:
+        batch.drop_column('cold_start_s')
     op.drop_table('envelopes')

@@ -1,6 +1,7 @@
 """A new worker on the job path (issue 43): with `--envelope measure --warm` it measures its device's memory envelope
 of the model before its first claim and keeps it in the database, renders one step of the waiting shape, then
-renders the run; its metrics say how long after its start the model was loaded and the first video stored."""
+renders the run; its metrics say how long after its start the model was loaded and the first video stored, and its
+session keeps that cold start for `reelbatch scale`."""
 
 from __future__ import annotations
 
@@ -48,4 +49,7 @@ def test_a_worker_measures_its_envelope_warms_up_and_reports_its_cold_start(tmp_
     assert log.index("memory envelope of tiny") < log.index("warmed up ahead") < log.index("claimed ")
     with sqlite3.connect(tmp_path / "reelbatch.db") as db:
         rows = db.execute("SELECT model, device, ooms, points FROM envelopes").fetchall()
+        (cold,) = db.execute("SELECT cold_start_s FROM worker_sessions WHERE cold_start_s IS NOT NULL").fetchone()
+    # The session keeps the same first-video figure the gauge shows (`reelbatch scale` takes its median).
+    assert abs(cold - first) < 0.5, (cold, first)
     assert [(m, d.startswith("cpu: "), o, len(json.loads(p))) for m, d, o, p in rows] == [("tiny", True, 0, 4)]

@@ -194,3 +194,21 @@ def test_the_documented_query_is_the_one_the_command_prints(world):
     assert printed.exit_code == 0
     block = re.search(r"```sql\n(WITH clock.*?)\n```", DOCS.read_text(), re.S)
     assert block is not None and block.group(1) == printed.stdout.rstrip("\n")
+
+
+def test_the_cold_start_is_what_recent_workers_measured(world):
+    # Three sessions measured their first video at 30, 90 and 60 s: the median, 60 s, is the cold start. A run of
+    # four 4-step videos (100 GPU-s) due in 110 s: at the default 120 s no new worker starts in time (deadline part
+    # 0, one worker while work waits); at 60 s, 100 GPU-s over the 50 s left (less the seconds this test took, under
+    # 16 s) wants 3.
+    for seconds in (30.0, 90.0, 60.0):
+        meter = Meter(RATE, world.factory, "other-worker")
+        meter.open()
+        meter.record_cold_start(seconds)
+        meter.record_cold_start(seconds + 1000)  # once: the first video's
+    world.submit("soon", videos("s", 4, steps=4), deadline="PT110S")
+    found = scaling.scale(world.settings)
+    assert (found.cold_start_s, found.desired) == (60.0, 3)
+    assert found.cold_start_source == "measured: the median of the last 3 worker sessions' first video stored"
+    given = scaling.scale(world.settings, cold_start_s=120.0)
+    assert (given.cold_start_s, given.cold_start_source, given.desired) == (120.0, "--cold-start-s", 1)
