@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the tests need (PostgreSQL and Redis servers from Debian, a virtual environment with the project and
-# its test extras) and runs the whole suite. The tests start their own throwaway servers on loopback.
+# Installs what the tests need (PostgreSQL, Redis, Chromium and Prometheus from Debian, a virtual environment with
+# the project and its test extras) and runs the whole suite. The tests start their own throwaway servers on loopback.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +8,7 @@ need=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v chromium >/dev/null || need+=(chromium)  # opens the HTML report in a test
+command -v prometheus >/dev/null || need+=(prometheus)  # scrapes two workers in the scale-down drill
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
