@@ -10,7 +10,9 @@
 #   4. tests.txt: the tests that need a GPU (tests/gpu);
 #   5. bench-wan-1.3b-compile.json: the same bench with compile on too, if time is left;
 #   6. envelope-wan-1.3b.json: `reelbatch bench envelope --preset wan-1.3b --no-record` (peak memory at seven sizes
-#      around 832x480, 81 frames; the line and its held-out error), if time is left.
+#      around 832x480, 81 frames; the line and its held-out error), if time is left;
+#   7. cold-wan-1.3b.json: `reelbatch bench cold` of the 1.3B bench folder registered as `bench-1.3b` (832x480, 4
+#      steps; compile off, compile on cold, from the bundle), if time is left and the CLI's packages are installed.
 #   usage: scripts/gpu_check.sh OUT_DIR [STEPS] [BUDGET_S]
 #   (STEPS: denoising steps per video, default 50; BUDGET_S: seconds the whole check may take, default 3600)
 set -uo pipefail
@@ -112,6 +114,17 @@ print(json.dumps(run_envelope(settings, model_info(settings, None, 'wan-1.3b'), 
     > "$out/envelope-wan-1.3b.json" 2> "$out/envelope-wan-1.3b.log" || { status=1; tail -n 25 "$out/envelope-wan-1.3b.log"; }
 else
   echo "== envelope skipped: $(left)s left"
+fi
+folder="$REELBATCH_CACHE_DIR/models/bench-wan-1.3b-v1"
+if [ "$(left)" -gt 400 ] && [ -d "$folder" ] && "$py" -c "import typer, celery" 2>/dev/null; then
+  echo "== cold ($(left)s left)"
+  printf 'bench-1.3b:\n  path: %s\n  max_frames: 81\n  defaults: {width: 832, height: 480, fps: 16, duration_s: 5, steps: 4, guidance: 5.0}\n' \
+    "$folder" > "$out/models.yaml"
+  REELBATCH_MODELS="$out/models.yaml" timeout $(( $(left) - 10 )) "$py" -m jobs bench cold --model bench-1.3b \
+    --resolution 832x480 --steps 4 --json > "$out/cold-wan-1.3b.json" 2> "$out/cold-wan-1.3b.log" \
+    || { status=1; tail -n 25 "$out/cold-wan-1.3b.log"; }
+else
+  echo "== cold skipped: $(left)s left, folder $( [ -d "$folder" ] && echo built || echo missing)"
 fi
 echo "done in $(( SECONDS - start ))s"
 exit $status
