@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from engine import parallel
 from engine.errors import RenderError
 from engine.types import RenderedVideo, Shape
 
@@ -26,6 +27,15 @@ def check_shape(pipe, shape) -> None:
         raise RenderError(f"{shape.width}x{shape.height}: sides must be multiples of {multiple} for {shape.model}")
     if shape.frames % temporal != 1:
         raise RenderError(f"{shape.frames} frames: {shape.model} renders {temporal}k+1 frames")
+    transformer = pipe.transformer if pipe.transformer is not None else pipe.transformer_2
+    layout = getattr(transformer, "_reelbatch_layout", None)  # engine.parallel.apply
+    if layout is not None:
+        cell = pipe.vae_scale_factor_spatial
+        tokens = (((shape.frames - 1) // temporal + 1) // patch[0] * (shape.height // (cell * patch[1]))
+                  * (shape.width // (cell * patch[2])))
+        why = parallel.problem(layout, transformer.config.num_attention_heads, tokens)
+        if why is not None:
+            raise RenderError(f"{shape.key()}: {why}")
 
 
 def check_images(shape: Shape, requests) -> None:

@@ -52,6 +52,9 @@ class EngineConfig:
     # flash or memory-efficient kernels itself on a GPU); "flash", "_flash_3" or "sage" use those packages where
     # installed. Same math, other rounding.
     attention: str = "native"
+    # Ranks one video's tokens are split across (Ulysses sequence parallelism, engine.parallel): every rank runs this
+    # engine on the same batch in one torch.distributed group (engine.parallel.spawn). 1: one process, as always.
+    ulysses: int = 1
     # Long videos (engine.long.chunks): the noise level below which a chunk's frames shared with the chunk before are
     # left to the model, so it can smooth the join (the stitch then crossfades). 0: tied to the end (measured best
     # on the toy model: docs/LONG_VIDEOS.md).

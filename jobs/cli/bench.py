@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from jobs.bench.compare import BenchResult
 
 bench_app = typer.Typer(cls=BenchGroup, short_help="Measure reelbatch: side by side with the diffusers script (no "
-                        "subcommand), or quality, precision, long, ladder, fleet, scale, cold, envelope.")
+                        "subcommand), or quality, precision, long, ladder, fleet, scale, cold, envelope, parallel.")
 
 
 @bench_app.callback(invoke_without_command=True)
@@ -207,6 +207,58 @@ def _resolution(text: str) -> tuple[int, int]:
     if width < 1 or height < 1:
         raise UsageError(f"--resolution: sides must be at least 1, got {text!r}")
     return width, height
+
+
+@bench_app.command("parallel", short_help="One video on one rank against N ranks (Ulysses): time, memory, bytes.")
+def parallel(
+    preset: PresetOption = "small",
+    ranks: Annotated[str, typer.Option("--ranks", help="Comma-separated rank counts, each a side (2, or 2,4).")] = "2",
+    videos: Annotated[int, typer.Option("--videos", min=1, max=100, help="Videos a side, one at a time.")] = 4,
+    steps: StepsOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """The preset's model rendering the same videos on one rank and split across each count of --ranks by Ulysses
+    sequence parallelism (engine.parallel; gloo on a CPU, nccl on GPUs): seconds a video, peak memory per rank,
+    speedup, efficiency, and whether every side's frames are the bytes of one rank."""
+    from engine.models.envelope import tokens
+    from engine.models.shape_rules import rules_of
+    from engine.parallel import Layout, problem
+    from jobs.bench.parallel import run_parallel
+    from jobs.bench.sides import bench_model
+
+    settings = Settings.from_env()
+    try:
+        counts = [int(n) for n in ranks.split(",")]
+        if any(n < 2 for n in counts):
+            raise ValueError
+    except ValueError:
+        fail(UsageError(f"--ranks: comma-separated counts of 2 or more, got {ranks!r}"))
+    try:
+        chosen = chosen_preset(preset, steps)
+        info = bench_model(chosen, settings.engine.cache_dir)
+        heads = json.loads((info.path / "transformer" / "config.json").read_text())["num_attention_heads"]
+        each = tokens(rules_of(info), chosen.width, chosen.height, chosen.frames)
+        for n in counts:
+            why = problem(Layout(ulysses=n), heads, each)
+            if why is not None:
+                raise UsageError(f"--ranks {n}: {why} ({info.name} at {chosen.width}x{chosen.height}, "
+                                 f"{chosen.frames} frames)")
+        err.print(f"bench parallel: {info.name}, 1 rank then {ranks} (each side loads the model)")
+        r = run_parallel(settings, info, chosen, counts, videos)
+    except ReelbatchError as exc:
+        fail(exc)
+    data = r.to_dict()
+    if json_:
+        out.print_json(json.dumps(data))
+        return
+    table = Table(title=f"bench parallel: {r.model} {r.shape}, {r.videos} videos a side, one at a time")
+    for column in ("ranks", "s a video", "speedup", "efficiency", "peak RSS MB a rank", "same bytes"):
+        table.add_column(column)
+    for s in data["sides"]:
+        table.add_row(str(s["ranks"]), f"{s['seconds_per_video']:.2f}", f"{s['speedup']:.2f}x",
+                      f"{s['efficiency']:.2f}", ", ".join(f"{m:.0f}" for m in s["peak_rss_mb"]),
+                      "yes" if s["identical"] else "NO")
+    out.print(table)
 
 
 bench_app.command("quality", short_help="Quality gates of lossy settings, precisions or a distilled model.")(quality)

@@ -1,0 +1,128 @@
+"""One video across several ranks: Ulysses sequence parallelism (issue 44), through diffusers' own context
+parallelism (`ContextParallelConfig`, `ModelMixin.enable_parallelism`, Wan's `_cp_plan` in its transformer).
+
+Every rank runs the same engine on the same batch: the transformer splits its tokens across the ranks, each attention
+exchanges heads for tokens (all-to-all), and every rank ends each step with the whole latents, so decoding and the
+rest of the loop are unchanged. On a CPU (torch.distributed's gloo) the result is the same bytes as one process
+(tests/engine/test_parallel.py); NCCL on GPUs.
+
+What is here: the checks a layout must pass before anything renders (`problem`), applying it to a loaded
+transformer (`apply`), the one workaround diffusers needs on a CPU (`_one_accelerator`), and `spawn`, which starts
+a group of ranks on this machine and returns what each rank's function returned. Ring attention and CFG parallel are
+not here yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How many ranks split one video's tokens (Ulysses)."""
+
+    ulysses: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return self.ulysses
+
+
+def problem(layout: Layout, heads: int, tokens: int, world: int | None = None) -> str | None:
+    """Why `layout` cannot render a transformer of `heads` attention heads on `tokens` latent tokens a video (with
+    `world` ranks started, when known), as one sentence; None when it can."""
+    u = layout.ulysses
+    if u < 1:
+        return f"ulysses must be at least 1, got {u}"
+    if heads % u:
+        return (f"ulysses {u} does not divide the transformer's {heads} attention heads (each rank takes heads/{u} "
+                f"of them): use a divisor of {heads}")
+    if tokens % u:
+        return f"ulysses {u} does not divide the video's {tokens} latent tokens: choose a size whose tokens it divides"
+    if world is not None and world != layout.ranks:
+        return f"the layout needs {layout.ranks} ranks, {world} are running"
+    return None
+
+
+def apply(transformer, layout: Layout) -> None:
+    """Split `transformer`'s attention across the ranks of the running process group by `layout`."""
+    if layout.ranks == 1:
+        return
+    import torch.distributed as dist
+    from diffusers import ContextParallelConfig
+
+    if not dist.is_initialized():
+        raise RuntimeError(f"ulysses {layout.ulysses} needs {layout.ranks} ranks started (engine.parallel.spawn)")
+    with _one_accelerator():
+        transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=layout.ulysses))
+    transformer._reelbatch_layout = layout  # what engine.frames.checks.check_shape checks each shape against
+
+
+@contextlib.contextmanager
+def _one_accelerator():
+    """diffusers (0.42) places rank r on `rank % torch.accelerator.device_count()`, which is 0 on a CPU build: a
+    ZeroDivisionError. For that call only, a CPU build counts one device (the CPU, where the tensors are anyway).
+    tests/engine/test_parallel.py fails once diffusers no longer needs it, so it can go."""
+    import torch
+
+    if torch.accelerator.device_count() > 0:
+        yield
+        return
+    real = torch.accelerator.device_count
+    torch.accelerator.device_count = lambda: 1
+    try:
+        yield
+    finally:
+        torch.accelerator.device_count = real
+
+
+def spawn(fn: Callable, args: tuple, ranks: int, backend: str = "gloo", timeout_s: float = 1800) -> list:
+    """Run `fn(rank, *args)` on `ranks` processes of one torch.distributed group on this machine (gloo on CPUs, nccl
+    on GPUs); the list of what each returned, by rank. A rank that raises makes this raise with its traceback."""
+    import torch.multiprocessing as mp
+
+    port = _free_port()
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    procs = [context.Process(target=_rank, args=(rank, ranks, port, backend, fn, args, results), daemon=True)
+             for rank in range(ranks)]
+    for p in procs:
+        p.start()
+    found: dict[int, object] = {}
+    try:
+        for _ in range(ranks):
+            rank, ok, value = results.get(timeout=timeout_s)
+            if not ok:
+                raise RuntimeError(f"rank {rank} of {ranks} failed:\n{value}")
+            found[rank] = value
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    return [found[r] for r in range(ranks)]
+
+
+def _rank(rank: int, ranks: int, port: int, backend: str, fn: Callable, args: tuple, results) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_RANK=str(rank))
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks)
+        try:
+            results.put((rank, True, fn(rank, *args)))
+        finally:
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - reported to the parent with its traceback
+        results.put((rank, False, traceback.format_exc()[-4000:]))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

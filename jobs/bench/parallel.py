@@ -1,0 +1,84 @@
+"""`reelbatch bench parallel`: one video on one rank against the same video split across N ranks by Ulysses
+(engine.parallel), side by side in one run: seconds a video, each rank's peak resident memory, the speedup and the
+efficiency (speedup over ranks), and whether the frames are the same bytes.
+
+Each side is a group of ranks started by engine.parallel.spawn (gloo on a CPU, nccl on GPUs), each rank on its share
+of the machine's cores (so a 2-rank side on 2 cores is 1 core a rank against 2 for the one-rank side), loading the
+model, rendering one video untimed, then the videos one at a time (batch 1: the latency a user waits for)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import resource
+import time
+from dataclasses import dataclass
+
+from engine.models.registry import ModelInfo
+from jobs.bench.presets import Preset
+from jobs.settings import Settings
+
+
+@dataclass(frozen=True)
+class Side:
+    ranks: int
+    seconds_per_video: float
+    peak_rss_mb: list[float]  # per rank
+    sha256: list[str]  # rank 0's frames, per video
+
+
+@dataclass(frozen=True)
+class ParallelBench:
+    model: str
+    shape: str
+    videos: int
+    sides: list[Side]
+
+    def speedup(self, side: Side) -> float:
+        return self.sides[0].seconds_per_video / side.seconds_per_video
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "shape": self.shape, "videos": self.videos,
+                "sides": [{**dataclasses.asdict(s), "speedup": self.speedup(s), "efficiency": self.speedup(s) / s.ranks,
+                           "identical": s.sha256 == self.sides[0].sha256} for s in self.sides]}
+
+
+def run_parallel(settings: Settings, info: ModelInfo, preset: Preset, ranks: list[int], videos: int) -> ParallelBench:
+    from engine.parallel import spawn
+    from engine.types import Shape
+
+    shape = Shape(info.name, preset.width, preset.height, preset.frames, preset.steps, preset.guidance)
+    cores = os.cpu_count() or 1
+    backend = "nccl" if settings.engine_config().torch_device().type == "cuda" else "gloo"
+    sides = []
+    for n in [1, *ranks]:
+        config = dataclasses.replace(settings.engine_config(), ulysses=n)
+        found = spawn(_rank, (config, info, shape, videos, max(1, cores // n)), ranks=n, backend=backend)
+        sides.append(Side(n, found[0]["seconds"] / videos, [r["peak_rss_mb"] for r in found], found[0]["sha256"]))
+    return ParallelBench(info.name, shape.key(), videos, sides)
+
+
+def _rank(rank: int, config, info: ModelInfo, shape, videos: int, threads: int) -> dict:
+    import torch
+
+    from engine.engine import Engine
+    from engine.models.registry import Registry
+    from engine.types import RenderBatch, RenderRequest
+
+    torch.set_num_threads(threads)
+    if config.torch_device().type == "cuda":
+        torch.cuda.set_device(rank)
+        config = dataclasses.replace(config, device=f"cuda:{rank}")
+    engine = Engine(config, Registry({info.name: info}))
+    engine.render(RenderBatch(shape, (RenderRequest(-1, "a warm-up", None, 0),)))  # loads and warms: untimed
+    sha, started = [], time.perf_counter()
+    for i in range(videos):
+        (video,) = engine.render(RenderBatch(shape, (RenderRequest(i, f"video {i} of the bench", None, 100 + i),)))
+        if video.error is not None:
+            raise RuntimeError(f"video {i}: {video.error}")
+        sha.append(hashlib.sha256(video.frames.tobytes()).hexdigest())
+    if config.torch_device().type == "cuda":
+        torch.cuda.synchronize()
+    return {"seconds": time.perf_counter() - started, "sha256": sha,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

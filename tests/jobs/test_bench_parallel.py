@@ -1,0 +1,39 @@
+"""`reelbatch bench parallel` from the command line (issue 44): the toy model on one rank and on two (Ulysses, gloo),
+the same bytes on both; a rank count that does not divide the toy's 4 attention heads refused before anything runs."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from engine.models.registry import Registry
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.skipif("toy" not in Registry().models, reason="the toy model's weights are not in place")
+
+
+def bench(tmp_path, *args):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "REELBATCH_CACHE_DIR": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-m", "jobs", "bench", "parallel", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_two_ranks_render_the_bytes_of_one(tmp_path):
+    proc = bench(tmp_path, "--preset", "small", "--steps", "2", "--videos", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sides = json.loads(proc.stdout)["sides"]
+    assert [(s["ranks"], len(s["peak_rss_mb"]), s["identical"]) for s in sides] == [(1, 1, True), (2, 2, True)]
+    assert all(s["seconds_per_video"] > 0 for s in sides)
+
+
+def test_a_rank_count_that_does_not_divide_the_heads_is_refused(tmp_path):
+    proc = bench(tmp_path, "--preset", "small", "--ranks", "3")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "--ranks 3: ulysses 3 does not divide the transformer's 4 attention heads (each rank takes heads/3 of them): "
+        "use a divisor of 4 (toy at 32x32, 9 frames)")
+    proc = bench(tmp_path, "--ranks", "1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == "--ranks: comma-separated counts of 2 or more, got '1'"
