@@ -8,8 +8,10 @@ rest of the loop are unchanged. On a CPU (torch.distributed's gloo) the result i
 
 What is here: the checks a layout must pass before anything renders (`problem`), applying it to a loaded
 transformer (`apply`), the one workaround diffusers needs on a CPU (`_one_accelerator`), and `spawn`, which starts
-a group of ranks on this machine and returns what each rank's function returned. Ring attention and CFG parallel are
-not here yet.
+a group of ranks on this machine and returns what each rank's function returned. CFG parallel (`Layout.cfg` 2): the
+ranks form two halves, one taking the conditional pass of each guided step and the other the unconditional, their
+predictions gathered (engine.loop.guidance.prediction); composed with Ulysses on a cfg x ulysses mesh. Ring
+attention is not here yet.
 """
 
 from __future__ import annotations
@@ -24,13 +26,34 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Layout:
-    """How many ranks split one video's tokens (Ulysses)."""
+    """How many ranks split one video's tokens (Ulysses), and whether the guided steps' conditional and unconditional
+    passes run on two halves of the ranks (`cfg` 2: CFG parallel)."""
 
     ulysses: int = 1
+    cfg: int = 1
 
     @property
     def ranks(self) -> int:
-        return self.ulysses
+        return self.ulysses * self.cfg
+
+
+# This process's CFG-parallel group and its half (0: the conditional pass, 1: the unconditional), set by `apply`.
+_cfg: tuple[object, int] | None = None
+
+
+def cfg_half() -> tuple[object, int] | None:
+    """(the torch.distributed group of the two ranks that share this rank's tokens, this rank's half), or None."""
+    return _cfg
+
+
+def gather_halves(local, group):
+    """The two halves' predictions, conditional first, from each rank's own (engine.loop.guidance.prediction)."""
+    import torch
+    import torch.distributed as dist
+
+    both = [torch.empty_like(local), torch.empty_like(local)]
+    dist.all_gather(both, local.contiguous(), group=group)
+    return both[0], both[1]
 
 
 def problem(layout: Layout, heads: int, tokens: int, world: int | None = None) -> str | None:
@@ -39,6 +62,8 @@ def problem(layout: Layout, heads: int, tokens: int, world: int | None = None) -
     u = layout.ulysses
     if u < 1:
         return f"ulysses must be at least 1, got {u}"
+    if layout.cfg not in (1, 2):
+        return f"cfg must be 1 or 2 (the conditional and the unconditional pass), got {layout.cfg}"
     if heads % u:
         return (f"ulysses {u} does not divide the transformer's {heads} attention heads (each rank takes heads/{u} "
                 f"of them): use a divisor of {heads}")
@@ -51,15 +76,24 @@ def problem(layout: Layout, heads: int, tokens: int, world: int | None = None) -
 
 def apply(transformer, layout: Layout) -> None:
     """Split `transformer`'s attention across the ranks of the running process group by `layout`."""
+    global _cfg
     if layout.ranks == 1:
         return
     import torch.distributed as dist
     from diffusers import ContextParallelConfig
+    from torch.distributed.device_mesh import init_device_mesh
 
-    if not dist.is_initialized():
-        raise RuntimeError(f"ulysses {layout.ulysses} needs {layout.ranks} ranks started (engine.parallel.spawn)")
-    with _one_accelerator():
-        transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=layout.ulysses))
+    if not dist.is_initialized() or dist.get_world_size() != layout.ranks:
+        raise RuntimeError(f"ulysses {layout.ulysses} x cfg {layout.cfg} needs {layout.ranks} ranks started "
+                           "(engine.parallel.spawn)")
+    # Ranks r and r + ulysses share tokens and take the two passes; ranks of one half split the tokens.
+    kind = "cuda" if next(transformer.parameters()).is_cuda else "cpu"
+    mesh = init_device_mesh(kind, (layout.cfg, 1, layout.ulysses), mesh_dim_names=("cfg", "ring", "ulysses"))
+    if layout.cfg > 1:
+        _cfg = (mesh["cfg"].get_group(), mesh["cfg"].get_local_rank())
+    if layout.ulysses > 1:
+        with _one_accelerator():
+            transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=layout.ulysses, mesh=mesh))
     transformer._reelbatch_layout = layout  # what engine.frames.checks.check_shape checks each shape against
 
 

@@ -55,6 +55,8 @@ class EngineConfig:
     # Ranks one video's tokens are split across (Ulysses sequence parallelism, engine.parallel): every rank runs this
     # engine on the same batch in one torch.distributed group (engine.parallel.spawn). 1: one process, as always.
     ulysses: int = 1
+    # 2: the guided steps' two passes on two halves of the ranks (CFG parallel, engine.parallel); ulysses x cfg ranks.
+    cfg_parallel: int = 1
     # Long videos (engine.long.chunks): the noise level below which a chunk's frames shared with the chunk before are
     # left to the model, so it can smooth the join (the stitch then crossfades). 0: tied to the end (measured best
     # on the toy model: docs/LONG_VIDEOS.md).

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine import parallel
+
 
 @dataclass(frozen=True)
 class Guidance:
@@ -71,7 +73,13 @@ def prediction(run: Run, guidance: Guidance, step: int, scale: float, x: torch.T
     """The step's noise prediction, as WanPipeline.__call__ forms it: the conditional pass, and where the step is
     guided the unconditional one and `uncond + scale * (cond - uncond)`."""
     guide = guidance.at(step)
-    if guide and text.both is not None:
+    halves = parallel.cfg_half() if guide else None
+    if halves is not None:  # CFG parallel: this rank's pass; the other half's gathered (engine.parallel)
+        group, half = halves
+        assert text.uncond is not None  # guide implies guidance.on, so prompts() made them
+        local = run("uncond", x, text.uncond) if half else run("cond", x, text.cond)
+        noise_pred, noise_uncond = parallel.gather_halves(local, group)
+    elif guide and text.both is not None:
         noise_pred, noise_uncond = run("both", torch.cat([x, x]), text.both).chunk(2)
     else:
         noise_pred = run("cond", x, text.cond)

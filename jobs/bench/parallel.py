@@ -1,6 +1,6 @@
-"""`reelbatch bench parallel`: one video on one rank against the same video split across N ranks by Ulysses
-(engine.parallel), side by side in one run: seconds a video, each rank's peak resident memory, the speedup and the
-efficiency (speedup over ranks), and whether the frames are the same bytes.
+"""`reelbatch bench parallel`: one video on one rank against the same video split across ranks by Ulysses and CFG
+parallel (engine.parallel), side by side in one run: seconds a video, each rank's peak resident memory, the speedup
+and the efficiency (speedup over ranks), and whether the frames are the same bytes.
 
 Each side is a group of ranks started by engine.parallel.spawn (gloo on a CPU, nccl on GPUs), each rank on its share
 of the machine's cores (so a 2-rank side on 2 cores is 1 core a rank against 2 for the one-rank side), loading the
@@ -22,7 +22,8 @@ from jobs.settings import Settings
 
 @dataclass(frozen=True)
 class Side:
-    ranks: int
+    ulysses: int
+    cfg: int
     seconds_per_video: float
     peak_rss_mb: list[float]  # per rank
     sha256: list[str]  # rank 0's frames, per video
@@ -33,6 +34,7 @@ class ParallelBench:
     model: str
     shape: str
     videos: int
+    batched_guidance: bool  # off when a side is CFG parallel: every side then runs the two passes as two calls
     sides: list[Side]
 
     def speedup(self, side: Side) -> float:
@@ -40,23 +42,31 @@ class ParallelBench:
 
     def to_dict(self) -> dict:
         return {"model": self.model, "shape": self.shape, "videos": self.videos,
-                "sides": [{**dataclasses.asdict(s), "speedup": self.speedup(s), "efficiency": self.speedup(s) / s.ranks,
+                "batched_guidance": self.batched_guidance,
+                "sides": [{**dataclasses.asdict(s), "ranks": s.ulysses * s.cfg, "speedup": self.speedup(s),
+                           "efficiency": self.speedup(s) / (s.ulysses * s.cfg),
                            "identical": s.sha256 == self.sides[0].sha256} for s in self.sides]}
 
 
-def run_parallel(settings: Settings, info: ModelInfo, preset: Preset, ranks: list[int], videos: int) -> ParallelBench:
+def run_parallel(settings: Settings, info: ModelInfo, preset: Preset, layouts: list[tuple[int, int]],
+                 videos: int) -> ParallelBench:
+    """`layouts`: (ulysses, cfg) per side after the one-rank side."""
     from engine.parallel import spawn
     from engine.types import Shape
 
     shape = Shape(info.name, preset.width, preset.height, preset.frames, preset.steps, preset.guidance)
     cores = os.cpu_count() or 1
-    backend = "nccl" if settings.engine_config().torch_device().type == "cuda" else "gloo"
+    base = settings.engine_config()
+    backend = "nccl" if base.torch_device().type == "cuda" else "gloo"
+    batched = base.batched_guidance and all(c == 1 for _, c in layouts)
     sides = []
-    for n in [1, *ranks]:
-        config = dataclasses.replace(settings.engine_config(), ulysses=n)
+    for u, c in [(1, 1), *layouts]:
+        n = u * c
+        config = dataclasses.replace(base, ulysses=u, cfg_parallel=c, batched_guidance=batched)
         found = spawn(_rank, (config, info, shape, videos, max(1, cores // n)), ranks=n, backend=backend)
-        sides.append(Side(n, found[0]["seconds"] / videos, [r["peak_rss_mb"] for r in found], found[0]["sha256"]))
-    return ParallelBench(info.name, shape.key(), videos, sides)
+        sides.append(Side(u, c, found[0]["seconds"] / videos, [r["peak_rss_mb"] for r in found],
+                          found[0]["sha256"]))
+    return ParallelBench(info.name, shape.key(), videos, batched, sides)
 
 
 def _rank(rank: int, config, info: ModelInfo, shape, videos: int, threads: int) -> dict:

@@ -209,17 +209,19 @@ def _resolution(text: str) -> tuple[int, int]:
     return width, height
 
 
-@bench_app.command("parallel", short_help="One video on one rank against N ranks (Ulysses): time, memory, bytes.")
+@bench_app.command("parallel", short_help="One video on one rank against several (Ulysses, CFG parallel).")
 def parallel(
     preset: PresetOption = "small",
-    ranks: Annotated[str, typer.Option("--ranks", help="Comma-separated rank counts, each a side (2, or 2,4).")] = "2",
+    ranks: Annotated[str, typer.Option(
+        "--ranks", help="Comma-separated layouts, each a side: U (Ulysses on U ranks) or UxC (C 2: CFG parallel "
+                        "too, U x C ranks), e.g. 2,1x2,2x2.")] = "2",
     videos: Annotated[int, typer.Option("--videos", min=1, max=100, help="Videos a side, one at a time.")] = 4,
     steps: StepsOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """The preset's model rendering the same videos on one rank and split across each count of --ranks by Ulysses
-    sequence parallelism (engine.parallel; gloo on a CPU, nccl on GPUs): seconds a video, peak memory per rank,
-    speedup, efficiency, and whether every side's frames are the bytes of one rank."""
+    """The preset's model rendering the same videos on one rank and on each layout of --ranks (engine.parallel;
+    gloo on a CPU, nccl on GPUs): seconds a video, peak memory per rank, speedup, efficiency, and whether every
+    side's frames are the bytes of one rank (with a CFG-parallel side, every side runs the two passes as two calls)."""
     from engine.models.envelope import tokens
     from engine.models.shape_rules import rules_of
     from engine.parallel import Layout, problem
@@ -228,37 +230,45 @@ def parallel(
 
     settings = Settings.from_env()
     try:
-        counts = [int(n) for n in ranks.split(",")]
-        if any(n < 2 for n in counts):
-            raise ValueError
+        layouts = [_layout(text) for text in ranks.split(",")]
     except ValueError:
-        fail(UsageError(f"--ranks: comma-separated counts of 2 or more, got {ranks!r}"))
+        fail(UsageError(f"--ranks: comma-separated layouts, U or UxC with U of 1 or more, C of 1 or 2 and at least 2 "
+                        f"ranks each, got {ranks!r}"))
     try:
         chosen = chosen_preset(preset, steps)
         info = bench_model(chosen, settings.engine.cache_dir)
         heads = json.loads((info.path / "transformer" / "config.json").read_text())["num_attention_heads"]
         each = tokens(rules_of(info), chosen.width, chosen.height, chosen.frames)
-        for n in counts:
-            why = problem(Layout(ulysses=n), heads, each)
+        for (u, c), text in zip(layouts, ranks.split(","), strict=True):
+            why = problem(Layout(u, c), heads, each)
             if why is not None:
-                raise UsageError(f"--ranks {n}: {why} ({info.name} at {chosen.width}x{chosen.height}, "
+                raise UsageError(f"--ranks {text}: {why} ({info.name} at {chosen.width}x{chosen.height}, "
                                  f"{chosen.frames} frames)")
         err.print(f"bench parallel: {info.name}, 1 rank then {ranks} (each side loads the model)")
-        r = run_parallel(settings, info, chosen, counts, videos)
+        r = run_parallel(settings, info, chosen, layouts, videos)
     except ReelbatchError as exc:
         fail(exc)
     data = r.to_dict()
     if json_:
         out.print_json(json.dumps(data))
         return
-    table = Table(title=f"bench parallel: {r.model} {r.shape}, {r.videos} videos a side, one at a time")
-    for column in ("ranks", "s a video", "speedup", "efficiency", "peak RSS MB a rank", "same bytes"):
+    table = Table(title=f"bench parallel: {r.model} {r.shape}, {r.videos} videos a side, one at a time"
+                        + ("" if r.batched_guidance else "; guidance's two passes as two calls on every side"))
+    for column in ("ulysses x cfg", "s a video", "speedup", "efficiency", "peak RSS MB a rank", "same bytes"):
         table.add_column(column)
     for s in data["sides"]:
-        table.add_row(str(s["ranks"]), f"{s['seconds_per_video']:.2f}", f"{s['speedup']:.2f}x",
+        table.add_row(f"{s['ulysses']} x {s['cfg']}", f"{s['seconds_per_video']:.2f}", f"{s['speedup']:.2f}x",
                       f"{s['efficiency']:.2f}", ", ".join(f"{m:.0f}" for m in s["peak_rss_mb"]),
                       "yes" if s["identical"] else "NO")
     out.print(table)
+
+
+def _layout(text: str) -> tuple[int, int]:
+    u, _, c = text.strip().partition("x")
+    layout = (int(u), int(c or 1))
+    if layout[0] < 1 or layout[1] not in (1, 2) or layout[0] * layout[1] < 2:
+        raise ValueError(text)
+    return layout
 
 
 bench_app.command("quality", short_help="Quality gates of lossy settings, precisions or a distilled model.")(quality)

@@ -1,6 +1,7 @@
 """One video across ranks (issue 44, first part): Ulysses on 2 CPU ranks (torch.distributed's gloo, started by
 engine.parallel.spawn) renders the same bytes as one process, for tiny and the toy model, a batch of 2 with
-guidance; a layout that does not divide the heads or the tokens is refused with the numbers; and the one diffusers
+guidance; so do CFG parallel on 2 ranks and both on 4 (2 x 2), against one process running the two passes as two
+calls; a layout that does not divide the heads or the tokens is refused with the numbers; and the one diffusers
 workaround is still needed (this fails once diffusers places ranks on a CPU build by itself: then remove
 engine.parallel._one_accelerator)."""
 
@@ -27,11 +28,13 @@ def hashes(config: EngineConfig, model: str) -> list[str]:
     return [hashlib.sha256(v.frames.tobytes()).hexdigest() for v in out]
 
 
-def _rank(rank: int, config: EngineConfig, models: list[str]) -> dict:
+def _rank(rank: int, config: EngineConfig, models: list[str], probe: bool) -> dict:
     import torch
     from diffusers import ContextParallelConfig
 
     found = {m: hashes(config, m) for m in models}
+    if not probe:
+        return found
     # 48x48, 9 frames on tiny: 3 latent frames x 3 x 3 patches = 27 tokens, which 2 ranks cannot split.
     try:
         Engine(config, Registry()).render(RenderBatch(Shape("tiny", 48, 48, 9, 3, 5.0), REQUESTS[:1]))
@@ -48,18 +51,34 @@ def _rank(rank: int, config: EngineConfig, models: list[str]) -> dict:
     return found
 
 
+def models() -> list[str]:
+    return ["tiny"] + (["toy"] if "toy" in Registry().models else [])
+
+
 def test_ulysses_on_two_ranks_renders_the_bytes_of_one_process(model_cache):
-    models = ["tiny"] + (["toy"] if "toy" in Registry().models else [])
     one = EngineConfig(cache_dir=model_cache)
-    alone = {m: hashes(one, m) for m in models}
-    ranks = spawn(_rank, (dataclasses.replace(one, ulysses=2), models), ranks=2)
+    alone = {m: hashes(one, m) for m in models()}
+    ranks = spawn(_rank, (dataclasses.replace(one, ulysses=2), models(), True), ranks=2)
     for rank in ranks:
-        for m in models:
+        for m in models():
             assert rank[m] == alone[m], m
         assert rank["odd"] == ("tiny|48x48|f9|s3|g5: ulysses 2 does not divide the video's 27 latent tokens: choose a "
                                "size whose tokens it divides")
         if rank["devices"] == 0:  # a CPU build
             assert rank["upstream"] == "ZeroDivisionError", "diffusers places CPU ranks itself now: drop the workaround"
+
+
+@pytest.mark.parametrize("ulysses, cfg", [(1, 2), (2, 2)])
+def test_cfg_parallel_alone_and_with_ulysses_renders_the_bytes_of_one_process(model_cache, ulysses, cfg):
+    # The two passes as two calls, as one process runs them with batched guidance off (batched, one call of twice
+    # the batch may round its matmuls otherwise: engine.loop.guidance).
+    one = EngineConfig(cache_dir=model_cache, batched_guidance=False)
+    alone = {m: hashes(one, m) for m in models()}
+    ranks = spawn(_rank, (dataclasses.replace(one, ulysses=ulysses, cfg_parallel=cfg), models(), False),
+                  ranks=ulysses * cfg)
+    assert len(ranks) == ulysses * cfg
+    for rank in ranks:
+        assert rank == alone
 
 
 @pytest.mark.parametrize("layout, heads, tokens, said", [
@@ -71,6 +90,7 @@ def test_ulysses_on_two_ranks_renders_the_bytes_of_one_process(model_cache):
                            "of them): use a divisor of 12"),
     (Layout(4), 12, 32760, None),  # 832x480, 81 frames: 21 x 30 x 52 = 32,760 tokens, 8,190 a rank
     (Layout(0), 12, 32760, "ulysses must be at least 1, got 0"),
+    (Layout(2, cfg=3), 12, 32760, "cfg must be 1 or 2 (the conditional and the unconditional pass), got 3"),
 ])
 def test_a_layout_must_divide_heads_and_tokens(layout, heads, tokens, said):
     assert problem(layout, heads, tokens) == said
@@ -78,3 +98,4 @@ def test_a_layout_must_divide_heads_and_tokens(layout, heads, tokens, said):
 
 def test_a_layout_needs_its_ranks():
     assert problem(Layout(2), 12, 32760, world=4) == "the layout needs 2 ranks, 4 are running"
+    assert problem(Layout(2, cfg=2), 12, 32760, world=4) is None

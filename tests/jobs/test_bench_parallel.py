@@ -1,5 +1,6 @@
-"""`reelbatch bench parallel` from the command line (issue 44): the toy model on one rank and on two (Ulysses, gloo),
-the same bytes on both; a rank count that does not divide the toy's 4 attention heads refused before anything runs."""
+"""`reelbatch bench parallel` from the command line (issue 44): the toy model on one rank, on two by Ulysses and on
+two by CFG parallel (gloo), the same bytes on each; a layout that does not divide the toy's 4 attention heads refused
+before anything runs."""
 
 import json
 import subprocess
@@ -20,11 +21,14 @@ def bench(tmp_path, *args):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_two_ranks_render_the_bytes_of_one(tmp_path):
-    proc = bench(tmp_path, "--preset", "small", "--steps", "2", "--videos", "1", "--json")
+def test_two_ranks_either_way_render_the_bytes_of_one(tmp_path):
+    proc = bench(tmp_path, "--preset", "small", "--steps", "2", "--videos", "1", "--ranks", "2,1x2", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    sides = json.loads(proc.stdout)["sides"]
-    assert [(s["ranks"], len(s["peak_rss_mb"]), s["identical"]) for s in sides] == [(1, 1, True), (2, 2, True)]
+    found = json.loads(proc.stdout)
+    assert found["batched_guidance"] is False  # a CFG-parallel side: every side runs the passes as two calls
+    assert [(s["ulysses"], s["cfg"], len(s["peak_rss_mb"]), s["identical"]) for s in found["sides"]] == [
+        (1, 1, 1, True), (2, 1, 2, True), (1, 2, 2, True)]
+    sides = found["sides"]
     assert all(s["seconds_per_video"] > 0 for s in sides)
 
 
@@ -36,4 +40,6 @@ def test_a_rank_count_that_does_not_divide_the_heads_is_refused(tmp_path):
         "use a divisor of 4 (toy at 32x32, 9 frames)")
     proc = bench(tmp_path, "--ranks", "1")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == "--ranks: comma-separated counts of 2 or more, got '1'"
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "--ranks: comma-separated layouts, U or UxC with U of 1 or more, C of 1 or 2 and at least 2 ranks each, "
+        "got '1'")
