@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import socket
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -128,17 +130,29 @@ def spawn(fn: Callable, args: tuple, ranks: int, backend: str = "gloo", timeout_
     for p in procs:
         p.start()
     found: dict[int, object] = {}
+    deadline = time.monotonic() + timeout_s
     try:
-        for _ in range(ranks):
-            rank, ok, value = results.get(timeout=timeout_s)
+        while len(found) < ranks:
+            try:
+                rank, ok, value = results.get(timeout=1.0)
+            except queue.Empty:
+                # A rank that died without a word (killed, out of memory, a crash in native code) leaves the others
+                # waiting in a collective: stop them all rather than wait out the timeout.
+                dead = [r for r, p in enumerate(procs) if r not in found and p.exitcode is not None]
+                if dead or time.monotonic() > deadline:
+                    why = (f"rank {dead[0]} exited with {procs[dead[0]].exitcode} before it answered" if dead
+                           else f"no answer within {timeout_s:g} s")
+                    raise RuntimeError(f"{ranks} ranks: {why}") from None
+                continue
             if not ok:
                 raise RuntimeError(f"rank {rank} of {ranks} failed:\n{value}")
             found[rank] = value
     finally:
         for p in procs:
-            p.join(30)
+            p.join(0 if len(found) < ranks else 30)
             if p.is_alive():
                 p.kill()
+                p.join(10)
     return [found[r] for r in range(ranks)]
 
 

@@ -99,3 +99,26 @@ def test_a_layout_must_divide_heads_and_tokens(layout, heads, tokens, said):
 def test_a_layout_needs_its_ranks():
     assert problem(Layout(2), 12, 32760, world=4) == "the layout needs 2 ranks, 4 are running"
     assert problem(Layout(2, cfg=2), 12, 32760, world=4) is None
+
+
+def _dies(rank: int) -> int:
+    import os
+    import time
+
+    import torch.distributed as dist
+
+    if rank == 1:
+        os._exit(9)  # as a killed rank: no word to the parent
+    dist.barrier()  # rank 0 waits for it, as in a collective of a render
+    time.sleep(60)
+    return rank
+
+
+def test_a_rank_that_dies_stops_the_group_at_once():
+    import time
+
+    started = time.monotonic()
+    # Either the survivor's collective fails (gloo sees the peer gone) or the parent sees the dead rank first.
+    with pytest.raises(RuntimeError, match=r"rank 0 of 2 failed|2 ranks: rank 1 exited with 9 before it answered"):
+        spawn(_dies, (), ranks=2, timeout_s=600)
+    assert time.monotonic() - started < 60
