@@ -68,11 +68,13 @@ class SimPlan:
 
 
 class StandIn:
-    """The engine, replaced: what the claim needs of it (registry, loaded models, last shape) and a timed render."""
+    """The engine, replaced: what the claim needs of it (registry, loaded models, last and warm shapes) and a timed
+    render."""
 
     def __init__(self, registry: Registry):
         self.registry = registry
         self.last_shape = None
+        self.warm_shapes: tuple = ()  # engine.engine.Engine.warm_shapes: the last shape is all a stand-in has warm
 
     def loaded(self) -> tuple[str, ...]:
         return () if self.last_shape is None else (self.last_shape.model,)
@@ -82,6 +84,7 @@ class StandIn:
 
     def render(self, shape, seconds: float, step_s: float, should_stop, cancel_check) -> None:
         self.last_shape = shape
+        self.warm_shapes = (shape,)
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
             time.sleep(min(left, step_s))
