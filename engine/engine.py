@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from engine.errors import RenderError, RetryableRenderError, UnrenderableInput
+from engine.errors import RenderError, RetryableRenderError, UnrenderableInput, device_error
 from engine.frames.checks import check_images, check_shape, checked
 from engine.frames.decode import decode_uint8
 from engine.frames.video_checks import seam_jump
@@ -44,9 +44,8 @@ class Engine:
         self.registry = registry
         # The loaded pipelines, their light decoders and expert swaps, and the gates checked before loading.
         self.pipelines = PipelineCache(config, registry, measuring)
-        # The shape of the last batch rendered, and the last WARM_SHAPES shapes rendered or warmed up (most recent
-        # first): a worker prefers more of them, its compiled graphs and kernels warm (jobs.claims.claims.Serving).
-        self.last_shape: Shape | None = None
+        # The last WARM_SHAPES shapes rendered or warmed up, most recent first (the first is `last_shape`): a worker
+        # prefers more of them, its compiled graphs and kernels warm (jobs.claims.claims.Serving).
         self.warm_shapes: tuple[Shape, ...] = ()
         self._identities: dict[str, str] = {}
         # Shape key -> the largest batch that fitted in device memory, learnt from out-of-memory errors.
@@ -80,6 +79,10 @@ class Engine:
     def light_decoder(self, name: str) -> torch.nn.Module | None:
         return self.pipelines.light_decoder(name)
 
+    @property
+    def last_shape(self) -> Shape | None:
+        return self.warm_shapes[0] if self.warm_shapes else None
+
     def remember(self, shape: Shape, instead_of: Shape | None = None) -> None:
         """`shape` is warm here (rendered, or warmed up by jobs.render.serving.warm_up, which rendered `instead_of`,
         its one-step form, forgotten here)."""
@@ -102,7 +105,6 @@ class Engine:
         if limit and len(requests) > limit:
             return [video for start in range(0, len(requests), limit)
                     for video in self.render(RenderBatch(batch.shape, requests[start : start + limit]), should_stop)]
-        self.last_shape = batch.shape
         self.remember(batch.shape)
         stepped: list[int] = []  # one entry per denoising step done, asked with should_stop after each
 
@@ -121,7 +123,7 @@ class Engine:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
         except (ValueError, RuntimeError) as exc:
-            if stepped or _device_error(exc):
+            if stepped or device_error(exc):
                 raise  # may pass: retried (jobs.render.attempts.decide)
             raise UnrenderableInput(f"{type(exc).__name__} before the first denoising step of {key}: {exc}") from exc
         return self.render(batch, should_stop)
@@ -294,14 +296,3 @@ class Engine:
         negatives = [r.negative_prompt or "" for r in requests]  # WanPipeline's own default negative prompt
         return lookup(prompts), (lookup(negatives) if shape.guidance > 1.0 else None)
 
-
-# What a RuntimeError says when the device, not the inputs, failed (a reset, a driver's or library's error): it may
-# pass, so it is retried even before the first step.
-# The CPU allocator's own ("DefaultCPUAllocator: not enough memory: you tried to allocate ...") is memory, too.
-_DEVICE_WORDS = ("cuda", "cublas", "cudnn", "nccl", "hip error", "device-side", "out of memory", "not enough memory",
-                 "cpuallocator", "can't allocate memory")
-
-
-def _device_error(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, torch.OutOfMemoryError) or any(word in text for word in _DEVICE_WORDS)

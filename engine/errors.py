@@ -44,3 +44,18 @@ class RenderInterrupted(EngineError):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+# What a RuntimeError says when the device, not the inputs, failed (a reset, a driver's or library's error): it may
+# pass, so the engine retries it even before the first step (engine.engine.Engine.render).
+# The CPU allocator's own ("DefaultCPUAllocator: not enough memory: you tried to allocate ...") is memory, too.
+_DEVICE_WORDS = ("cuda", "cublas", "cudnn", "nccl", "hip error", "device-side", "out of memory", "not enough memory",
+                 "cpuallocator", "can't allocate memory")
+
+
+def device_error(exc: BaseException) -> bool:
+    """Did the device fail (out of memory, a reset), rather than the inputs?"""
+    import torch  # here: the error tree is read by code that never renders
+
+    text = str(exc).lower()
+    return isinstance(exc, torch.OutOfMemoryError) or any(word in text for word in _DEVICE_WORDS)

@@ -117,9 +117,10 @@ def _one_accelerator():
         torch.accelerator.device_count = real
 
 
-def spawn(fn: Callable, args: tuple, ranks: int, backend: str = "gloo", timeout_s: float = 1800) -> list:
+def spawn(fn: Callable, args: tuple, ranks: int, backend: str | None = "gloo", timeout_s: float = 1800) -> list:
     """Run `fn(rank, *args)` on `ranks` processes of one torch.distributed group on this machine (gloo on CPUs, nccl
-    on GPUs); the list of what each returned, by rank. A rank that raises makes this raise with its traceback."""
+    on GPUs; None: no group, processes apart); the list of what each returned, by rank. A rank that raises or dies
+    makes this raise (with its traceback when it raised)."""
     import torch.multiprocessing as mp
 
     port = _free_port()
@@ -161,6 +162,9 @@ def _rank(rank: int, ranks: int, port: int, backend: str, fn: Callable, args: tu
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_RANK=str(rank))
     try:
+        if backend is None:
+            results.put((rank, True, fn(rank, *args)))
+            return
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks)
         try:
             results.put((rank, True, fn(rank, *args)))

@@ -76,13 +76,16 @@ class Envelope:
         """What a batch's peak may take: (1 - spare) of the memory, less what is resident."""
         return self.memory_bytes * (1 - self.spare) - self.resident_bytes
 
+    def each_bytes(self, tokens: int, width: int, height: int) -> float:
+        """What one video of a shape adds to a batch's peak."""
+        return self.per_token_bytes * tokens + self.per_pixel_bytes * width * height
+
     def predict(self, batch: int, tokens: int, width: int, height: int) -> float:
-        return self.fixed_bytes + self.per_token_bytes * batch * tokens + self.per_pixel_bytes * batch * width * height
+        return self.fixed_bytes + batch * self.each_bytes(tokens, width, height)
 
     def largest_batch(self, tokens: int, width: int, height: int) -> int:
         """The most videos of this shape one batch may hold (0: not even one fits), at most MOST_BATCH."""
-        each = self.per_token_bytes * tokens + self.per_pixel_bytes * width * height
-        room = self.budget_bytes - self.fixed_bytes
+        each, room = self.each_bytes(tokens, width, height), self.budget_bytes - self.fixed_bytes
         if room < each:
             return 0
         return MOST_BATCH if each <= 0 else min(MOST_BATCH, int(room // each))
@@ -90,8 +93,7 @@ class Envelope:
     def shrunk(self, batch: int, tokens: int, width: int, height: int, what: str) -> Envelope:
         """After `batch` videos of a shape ran out of memory: the per-token and per-pixel parts raised in proportion
         so that `batch` of it no longer fits, and the error counted."""
-        each = self.per_token_bytes * tokens + self.per_pixel_bytes * width * height
-        room = self.budget_bytes - self.fixed_bytes
+        each, room = self.each_bytes(tokens, width, height), self.budget_bytes - self.fixed_bytes
         scale = 1.0
         if each > 0 and batch * each <= room:
             scale = room / (batch * each) * 1.0001  # just over: batch - 1 may fit, batch does not

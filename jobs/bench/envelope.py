@@ -13,7 +13,7 @@ from jobs.bench.sides import bench_model, built
 from jobs.db import envelopes as kept
 from jobs.db.connect import session_factory
 from jobs.errors import UsageError
-from jobs.render.envelopes import envelope_of, measure, measured_with, plan
+from jobs.render.envelopes import default_frames, envelope_of, measure, measured_with, plan
 from jobs.settings import Settings
 
 
@@ -71,9 +71,8 @@ def run_envelope(settings: Settings, info: ModelInfo, width: int | None = None, 
                  frames: int | None = None, record: bool = True) -> EnvelopeBench:
     """Measure the plan around (width, height, frames) (default: the model's own shape), fit on its first part, check
     the line on the held-out part, and with `record` keep the envelope for this device."""
-    d = info.defaults
-    width, height = width or d.width, height or d.height
-    frames = frames or info.valid_frames(round(d.duration_s * d.fps))
+    width, height = width or info.defaults.width, height or info.defaults.height
+    frames = frames or default_frames(info)
     rules = rules_of(info)
     for side, n in (("width", width), ("height", height)):
         problem = rules.side_problem(info.name, side, n, info.spatial_multiple)

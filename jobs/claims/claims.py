@@ -37,8 +37,8 @@ ORDER = (WorkUnit.rank.desc(), WorkUnit.id)
 class Serving:
     """What a worker claims: units of `models` only, at most `max_batch[model]` at a time where a registration sets
     a smaller batch, and, preferred by `affinity_s` seconds of rank, work for what it has warm: the `loaded` models
-    (their pipelines are in memory) and the `shape` of its last batch and its other `warm` shapes (their compiled graphs,
-    its learnt batch size)."""
+    (their pipelines are in memory) and the `shape` of its last batch and its other `warm` shapes (their compiled
+    graphs, its learnt batch size)."""
 
     models: tuple[str, ...]
     max_batch: Mapping[str, int] = field(default_factory=dict)
@@ -191,14 +191,16 @@ def _select_batch(s, claimable: tuple, serving: Serving | None, held: set[int], 
     where = claimable
     if held:  # only when some run is held back, so the usual claim stays one indexed probe a model
         where = (*claimable, WorkUnit.video_id.not_in(select(Video.id).where(Video.run_id.in_(held))))
-    first = _best(s, where, serving)
+    first, limit = _best(s, where, serving), max_batch
     too_big: list[str] = []  # shapes of which not one video fits this worker's envelope: left to larger devices
-    while first is not None and serving is not None and serving.limit(first.shape_key, first.model, max_batch) < 1:
+    while first is not None and serving is not None:
+        limit = serving.limit(first.shape_key, first.model, max_batch)
+        if limit >= 1:
+            break
         too_big.append(first.shape_key)
         first = _best(s, (*where, WorkUnit.shape_key.not_in(too_big)), serving)
     if first is None:
         return None
-    limit = serving.limit(first.shape_key, first.model, max_batch) if serving is not None else max_batch
     units = [first]
     if not first.solo and limit > 1:
         units += s.scalars(select(WorkUnit).where(*where, WorkUnit.shape_key == first.shape_key,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -76,9 +77,9 @@ def cold_start(stage: str) -> float | None:
 def process_age_s() -> float:
     """Seconds since this process started (Linux: its start time in /proc/self/stat against /proc/uptime)."""
     try:
-        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks since boot
-        return max(0.0, float(open("/proc/uptime").read().split()[0]) - started)
+        return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - started)
     except (OSError, ValueError, IndexError):
         return time.monotonic() - _IMPORTED
 

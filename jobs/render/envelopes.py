@@ -2,7 +2,7 @@
 (`reelbatch bench envelope`, or a worker at start with REELBATCH_ENVELOPE=measure), kept in the database
 (jobs.db.envelopes), and used at each claim for the largest batch of a shape.
 
-The points are measured in a child process (multiprocessing's spawn) with glibc's mmap threshold fixed at 64 KiB,
+The points are measured in a child process (engine.parallel.spawn) with glibc's mmap threshold fixed at 64 KiB,
 so a freed block goes back to the system at once and the next peak is what it really takes
 (engine.models.envelope.PeakMeter); the parent's own memory is not in them. Each point is one denoising step at the
 model's guidance (more steps reuse the same memory) and the decode.
@@ -13,18 +13,18 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import multiprocessing
 import os
 import time
-import traceback
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from engine.models.envelope import Envelope, Point, device_identity, fit, tokens
 from engine.models.registry import ModelInfo, Registry
 from engine.models.shape_rules import rules_of
+from engine.parallel import spawn
 from jobs.db import envelopes as kept
 from jobs.db.queries import Factory
 from jobs.errors import ReelbatchError
+from jobs.manifest.model_shape import plan_frames
 from jobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -51,10 +51,10 @@ def plan(info: ModelInfo, width: int, height: int, frames: int) -> tuple[list[Si
     half as wide again and between the lengths, twice as wide and high, and the other length at batch 2."""
     grid = info.spatial_multiple
     wide = _side(2 * width, grid)
-    longer = min(info.max_frames, _frames(2 * frames - 1, info.temporal_factor))
+    longer = min(info.max_frames, info.valid_frames(2 * frames - 1))
     if longer == frames:  # the base is the model's whole window: about half as long instead
-        longer = _frames((frames + 1) // 2, info.temporal_factor)
-    between = _frames((frames + longer) // 2, info.temporal_factor)
+        longer = info.valid_frames((frames + 1) // 2)
+    between = info.valid_frames((frames + longer) // 2)
     fitted = [Size(width, height, frames, 1), Size(width, height, frames, 2), Size(wide, height, frames, 1),
               Size(width, height, longer, 1)]
     held = [Size(_side(width * 3 // 2, grid), height, between, 1), Size(wide, _side(2 * height, grid), frames, 1),
@@ -62,73 +62,65 @@ def plan(info: ModelInfo, width: int, height: int, frames: int) -> tuple[list[Si
     return fitted, held
 
 
+def default_frames(info: ModelInfo) -> int:
+    """The frames of one pass of the model's default video: its duration's (as a manifest plans them), at most its
+    window."""
+    return min(plan_frames(info, info.defaults.duration_s, info.defaults.fps), info.max_frames)
+
+
 def _side(n: int, grid: int) -> int:
     return max(grid, n // grid * grid)
 
 
-def _frames(n: int, factor: int) -> int:
-    return (n - 1) // factor * factor + 1
-
-
 def measure(settings: Settings, info: ModelInfo, sizes: list[Size]) -> tuple[str, int, int, list[Point | str]]:
-    """(device, its memory, resident bytes, a Point or the error for each size), measured in a spawned child."""
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
+    """(device, its memory, resident bytes, a Point or why it did not fit for each size), measured in a spawned
+    child (engine.parallel.spawn, one process and no group)."""
     saved = {k: os.environ.get(k) for k in ALLOCATOR}
     os.environ.update(ALLOCATOR)  # read by the child's allocator when it starts
     try:
-        proc = context.Process(target=_child, args=(settings, info, sizes, results), daemon=True)
-        proc.start()
+        (found,) = spawn(_child, (settings, info, sizes), ranks=1, backend=None, timeout_s=7200)
+    except RuntimeError as exc:
+        raise ReelbatchError(f"measuring {info.name}'s memory envelope: {exc}") from None
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    try:
-        result = results.get(timeout=7200)
-    finally:
-        proc.join(60)
-    if "error" in result:
-        raise ReelbatchError(f"measuring {info.name}'s memory envelope: {result['error']}")
-    return result["device"], result["memory"], result["resident"], [
-        Point(**p) if isinstance(p, dict) else p for p in result["points"]]
+    return found
 
 
-def _child(settings: Settings, info: ModelInfo, sizes: list[Size], results) -> None:
-    try:
-        import torch
+def _child(rank: int, settings: Settings, info: ModelInfo, sizes: list[Size]) -> tuple[str, int, int, list]:
+    from engine.engine import Engine
+    from engine.errors import RetryableRenderError
+    from engine.models.envelope import PeakMeter, resident_bytes
+    from engine.types import RenderBatch, RenderRequest, Shape
 
-        from engine.engine import Engine
-        from engine.models.envelope import PeakMeter, resident_bytes
-        from engine.types import RenderBatch, RenderRequest, Shape
+    engine = Engine(settings.engine_config(), Registry({info.name: info}))
+    device = settings.engine_config().torch_device()
+    name, memory = device_identity(device, settings.worker.device_memory_gib)
+    rules = rules_of(info)
 
-        engine = Engine(settings.engine_config(), Registry({info.name: info}))
-        device = settings.engine_config().torch_device()
-        name, memory = device_identity(device, settings.worker.device_memory_gib)
-        rules = rules_of(info)
-        guidance = info.defaults.guidance
+    def batch(size: Size) -> RenderBatch:
+        shape = Shape(info.name, size.width, size.height, size.frames, 1, info.defaults.guidance)
+        return RenderBatch(shape, tuple(RenderRequest(-1 - i, "a memory envelope", None, i) for i in range(size.batch)))
 
-        def batch(size: Size) -> RenderBatch:
-            shape = Shape(info.name, size.width, size.height, size.frames, 1, guidance)
-            return RenderBatch(shape, tuple(RenderRequest(-1 - i, "a memory envelope", None, i)
-                                            for i in range(size.batch)))
-
-        engine.render(batch(replace(sizes[0], batch=1)))  # loads the model and warms its kernels: not a point
-        resident = resident_bytes(device)
-        points: list[dict | str] = []
-        for size in sizes:
-            try:
-                with PeakMeter(device) as meter:
-                    engine.render(batch(size))
-            except torch.OutOfMemoryError as exc:
-                points.append(f"{size}: out of memory ({exc})".splitlines()[0])
-                continue
-            points.append(asdict(Point(size.width, size.height, size.frames, size.batch,
-                                       tokens(rules, size.width, size.height, size.frames), meter.peak_bytes)))
-        results.put({"device": name, "memory": memory, "resident": resident, "points": points})
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        results.put({"error": f"{type(exc).__name__}: {exc}", "detail": traceback.format_exc()[-2000:]})
+    engine.render(batch(replace(sizes[0], batch=1)))  # loads the model and warms its kernels: not a point
+    resident = resident_bytes(device)
+    points: list[Point | str] = []
+    for size in sizes:
+        try:
+            with PeakMeter(device) as meter:
+                engine.render(batch(size))
+        except RetryableRenderError as exc:  # one video ran out of memory (engine.engine.Engine.render)
+            points.append(f"{size}: {exc}")
+            continue
+        if batch(size).shape.key() in engine.max_batch:  # out of memory, split in halves: not this size's peak
+            points.append(f"{size}: out of memory, split to {engine.max_batch[batch(size).shape.key()]}")
+            continue
+        points.append(Point(size.width, size.height, size.frames, size.batch,
+                            tokens(rules, size.width, size.height, size.frames), meter.peak_bytes))
+    return name, memory, resident, points
 
 
 def envelope_of(info: ModelInfo, device: str, memory: int, resident: int, points: list[Point]) -> Envelope:
@@ -146,8 +138,7 @@ def measured_with(info: ModelInfo) -> str:
 
 def measure_and_record(settings: Settings, factory: Factory, info: ModelInfo) -> Envelope:
     """A worker's envelope for `info` on its device, measured on the plan around the model's default shape and kept."""
-    d = info.defaults
-    fitted, _ = plan(info, d.width, d.height, info.valid_frames(round(d.duration_s * d.fps)))
+    fitted, _ = plan(info, info.defaults.width, info.defaults.height, default_frames(info))
     device, memory, resident, points = measure(settings, info, fitted)
     measured = [p for p in points if isinstance(p, Point)]
     if not measured:

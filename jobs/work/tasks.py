@@ -37,7 +37,7 @@ def render_next() -> str:
     app = render_next.app
     process.busy.set()
     try:
-        _compile_ahead(settings, engine, factory)
+        _before_first_claim(settings, engine, factory)
         result = render_next_batch(settings, engine, factory, process.finisher() if settings.worker.overlap else None,
                                    on_ready=lambda n, model: send_tickets(app, n, model), meter=process.meter(),
                                    stopping=stopping)
@@ -55,7 +55,7 @@ def render_next() -> str:
 _warmed = threading.Event()
 
 
-def _compile_ahead(settings, engine, factory) -> None:
+def _before_first_claim(settings, engine, factory) -> None:
     """Before a worker's first claim: its missing memory envelopes measured (REELBATCH_ENVELOPE=measure), and with
     compile on or REELBATCH_WARM the shapes waiting in the queue rendered a step each (a claim's lease would
     otherwise tick through the compile)."""

@@ -13,19 +13,17 @@ import sqlite3
 import subprocess
 import sys
 
-from sqlalchemy import select, update
-
 from engine.models.envelope import Envelope
 from engine.models.shape_rules import rules_of
 from jobs.claims import claims
 from jobs.claims.claims import Serving
-from jobs.db import envelopes, submission
+from jobs.db import envelopes
 from jobs.db.connect import session_factory
-from jobs.db.rows import Video, WorkUnit
 from jobs.manifest import load_manifest
 from jobs.render import envelopes as worker_envelopes
 from jobs.settings import Settings
 from tests.conftest import REPO
+from tests.jobs.test_routing import submit
 
 MiB, GiB = 2**20, 2**30
 A = Envelope("toy", "cuda: A, 10.0 GiB", memory_bytes=10 * GiB, resident_bytes=GiB, fixed_bytes=GiB,
@@ -48,19 +46,9 @@ def test_an_envelope_is_kept_per_model_and_device_and_shrinks_on_out_of_memory(f
     assert envelopes.shrink(factory, "tiny", "cuda: A, 10.0 GiB", 2, 48, 64, 64, "k") is None
 
 
-def submit(factory, registry, tmp_path, name, count, rank, extra=""):
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(f"name: {name}\nmodel: toy\n{extra}videos:\n"
-                    + "".join(f"  - id: {name}{i}\n    prompt: video {i}\n" for i in range(count)))
-    run = submission.submit_run(factory, load_manifest(path, registry=registry), output=f"file://{tmp_path}/out/")
-    with factory.begin() as s:
-        s.execute(update(WorkUnit).where(WorkUnit.video_id.in_(select(Video.id).where(Video.run_id == run.run_id)))
-                  .values(rank=rank))
-
-
 def test_a_claim_takes_the_envelopes_batch_and_leaves_a_shape_that_does_not_fit(factory, registry, tmp_path):
-    submit(factory, registry, tmp_path, "big", 2, rank=100, extra="defaults: {resolution: 64x64}\n")
-    submit(factory, registry, tmp_path, "small", 5, rank=10)
+    submit(factory, registry, tmp_path, "big", "toy", 2, rank=100, extra="defaults: {resolution: 64x64}\n")
+    submit(factory, registry, tmp_path, "small", "toy", 5, rank=10)
     serving = Serving(("toy",), envelopes={"toy": (A, rules_of(registry.get("toy")))})
     claim = claims.claim_batch(factory, owner="w", max_batch=8, lease_s=60, serving=serving)
     assert [u.key for u in claim.units] == ["small0", "small1", "small2"]
