@@ -51,13 +51,24 @@ def _rank(rank: int, config: EngineConfig, models: list[str], probe: bool) -> di
     return found
 
 
+def _alone(rank: int, config: EngineConfig, models: list[str]) -> dict:
+    return {m: hashes(config, m) for m in models}
+
+
+def one_process(config: EngineConfig) -> dict:
+    """One process's hashes, from a fresh interpreter as each rank's are (this test process's torch state, left by
+    tests run before it, once gave tiny other bytes in CI)."""
+    (found,) = spawn(_alone, (config, models()), ranks=1, backend=None)
+    return found
+
+
 def models() -> list[str]:
     return ["tiny"] + (["toy"] if "toy" in Registry().models else [])
 
 
 def test_ulysses_on_two_ranks_renders_the_bytes_of_one_process(model_cache):
     one = EngineConfig(cache_dir=model_cache)
-    alone = {m: hashes(one, m) for m in models()}
+    alone = one_process(one)
     ranks = spawn(_rank, (dataclasses.replace(one, ulysses=2), models(), True), ranks=2)
     for rank in ranks:
         for m in models():
@@ -73,7 +84,7 @@ def test_cfg_parallel_alone_and_with_ulysses_renders_the_bytes_of_one_process(mo
     # The two passes as two calls, as one process runs them with batched guidance off (batched, one call of twice
     # the batch may round its matmuls otherwise: engine.loop.guidance).
     one = EngineConfig(cache_dir=model_cache, batched_guidance=False)
-    alone = {m: hashes(one, m) for m in models()}
+    alone = one_process(one)
     ranks = spawn(_rank, (dataclasses.replace(one, ulysses=ulysses, cfg_parallel=cfg), models(), False),
                   ranks=ulysses * cfg)
     assert len(ranks) == ulysses * cfg
