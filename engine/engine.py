@@ -51,6 +51,8 @@ class Engine:
         # Shape key -> the largest batch that fitted in device memory, learnt from out-of-memory errors.
         self.max_batch: dict[str, int] = {}
         self.text_cache = TextEmbeddingCache(config.cache_dir / "text-embeddings") if config.text_cache else None
+        # False on a group's other ranks (engine.group.follow): they denoise with rank 0, which alone decodes.
+        self.decodes = True
 
     # The pipeline cache's face on the engine; engine.models.pipelines.PipelineCache says what each one does.
 
@@ -174,6 +176,8 @@ class Engine:
                     callback_on_step_end=stopping.on_step_end(should_stop) if should_stop else None,
                 ).frames
             clock.lap("denoise")
+            if not self.decodes:
+                return []
             # 2. Decode, as WanPipeline.__call__ ends, to uint8 on the device (chunks of a long video keep their
             # latents for the stitch).
             decode = [i for i, r in enumerate(requests) if not r.latents_only]

@@ -123,7 +123,7 @@ def spawn(fn: Callable, args: tuple, ranks: int, backend: str | None = "gloo", t
     makes this raise (with its traceback when it raised)."""
     import torch.multiprocessing as mp
 
-    port = _free_port()
+    port = free_port()
     context = mp.get_context("spawn")
     results = context.Queue()
     procs = [context.Process(target=_rank, args=(rank, ranks, port, backend, fn, args, results), daemon=True)
@@ -174,7 +174,7 @@ def _rank(rank: int, ranks: int, port: int, backend: str, fn: Callable, args: tu
         results.put((rank, False, traceback.format_exc()[-4000:]))
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -12,7 +12,7 @@ import gc
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import torch
@@ -50,6 +50,8 @@ class PipelineCache:
         # Models whose gates passed when this engine first loaded them: asked once per engine.
         self._gates_passed: set[str] = set()
         self._gate_keys: dict[str, str] = {}
+        # Called as a model starts to load, with the names still loaded (engine.group: the other ranks load it too).
+        self.before_load: Callable[[str, tuple[str, ...]], None] | None = None
 
     def native(self, device_type: str | None = None) -> str:
         """The native precision (engine.levers.precision.native): of the config's dtype, on `device_type` where given
@@ -165,6 +167,8 @@ class PipelineCache:
             path = self.model_path(info)
             # After the checks above, so a model that cannot load unloads none.
             self._make_room(max(self.config.max_models, 1) - 1)
+            if self.before_load is not None:
+                self.before_load(name, tuple(self._pipelines))
             log.info("loading model %s from %s on %s (%s, precision %s, text encoder %s)", name, path, device, dtype,
                      mode, text or mode)
             pipe = load_pipeline(info, path, dtype, text_dtype)
@@ -218,6 +222,12 @@ class PipelineCache:
         """A registration's light decoder (engine.adapters.light_decoder), or None where its VAE decodes."""
         self.get(name)
         return self._decoders[name]
+
+    def keep_only(self, names: tuple[str, ...]) -> None:
+        """Unload every pipeline but those of `names` (a group's rank, loading what rank 0 loads)."""
+        for name in [n for n in self._pipelines if n not in names]:
+            self._pipelines.move_to_end(name, last=False)
+        self._make_room(sum(n in names for n in self._pipelines))
 
     def _make_room(self, keep: int) -> None:
         """Unload the least recently used pipelines until at most `keep` remain, and give their memory back: the

@@ -93,6 +93,22 @@ def rules_of(info) -> ShapeRules:
     return info.rules if info.rules is not None else read_rules(info.path, info.base, f"model {info.name}")
 
 
+def heads_of(info) -> int | None:
+    """The attention heads of a registration's transformer (its folder's transformer/config.json, or transformer_2's
+    for a model that ships only the second expert); None where the folder is not there yet (a built-in model made at
+    first load) or says none."""
+    for part in ("transformer", "transformer_2"):
+        for root in (info.path, info.base):
+            file = None if root is None else Path(root) / part / "config.json"
+            if file is not None and file.is_file():
+                try:
+                    heads = json.loads(file.read_text(encoding="utf-8")).get("num_attention_heads", 40)
+                except (OSError, json.JSONDecodeError, AttributeError):
+                    return None
+                return heads if isinstance(heads, int) else None
+    return None
+
+
 def _config(path: Path, base: Path | None, part: str, where: str) -> dict:
     file = path / part / "config.json"
     if not file.is_file() and base is not None:

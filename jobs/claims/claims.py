@@ -51,10 +51,18 @@ class Serving:
     # Its device's memory envelope per model, with the model's shape rules (engine.models.envelope): at most the
     # largest batch of a shape the envelope allows, and nothing of a shape of which not even one video fits.
     envelopes: Mapping[str, tuple[Envelope, ShapeRules]] = field(default_factory=dict)
+    # A worker of several ranks (engine.group): the ranks that split each video's tokens, and each model's shape
+    # rules; a shape whose tokens they do not divide is left to other workers.
+    split: int = 1
+    rules: Mapping[str, ShapeRules] = field(default_factory=dict)
 
     def limit(self, shape_key: str, model: str, max_batch: int) -> int:
         """The most units of the shape `shape_key` one claim takes (0: none)."""
         limit = min(max_batch, self.max_batch.get(model, max_batch))
+        if self.split > 1 and model in self.rules:
+            shape = Shape.parse(shape_key)
+            if tokens(self.rules[model], shape.width, shape.height, shape.frames) % self.split:
+                return 0
         if model in self.envelopes:
             envelope, rules = self.envelopes[model]
             shape = Shape.parse(shape_key)
@@ -192,7 +200,7 @@ def _select_batch(s, claimable: tuple, serving: Serving | None, held: set[int], 
     if held:  # only when some run is held back, so the usual claim stays one indexed probe a model
         where = (*claimable, WorkUnit.video_id.not_in(select(Video.id).where(Video.run_id.in_(held))))
     first, limit = _best(s, where, serving), max_batch
-    too_big: list[str] = []  # shapes of which not one video fits this worker's envelope: left to larger devices
+    too_big: list[str] = []  # shapes it cannot take (not one video fits its envelope; its ranks cannot split them)
     while first is not None and serving is not None:
         limit = serving.limit(first.shape_key, first.model, max_batch)
         if limit >= 1:

@@ -12,7 +12,7 @@ from jobs.cli.console import fail
 from jobs.db.connect import session_factory
 from jobs.errors import ReelbatchError, UsageError
 from jobs.settings import Settings
-from jobs.settings.readers import BadValue, model_names
+from jobs.settings.readers import BadValue, device_list, model_names
 
 
 def worker(
@@ -30,6 +30,13 @@ def worker(
                                                  "most before the first claim (default REELBATCH_WARM).")] = None,
     envelope: Annotated[Optional[str], typer.Option(help="use, measure (a missing memory envelope at start) or off "
                                                          "(default REELBATCH_ENVELOPE, else use).")] = None,
+    ulysses: Annotated[Optional[int], typer.Option(min=1, help="Ranks that split each video's tokens: one worker of "
+                                                   "ulysses x cfg-parallel ranks on this machine (default "
+                                                   "REELBATCH_ULYSSES, else 1).")] = None,
+    cfg_parallel: Annotated[Optional[int], typer.Option(min=1, max=2, help="2: the guided passes on two halves of "
+                                                        "the ranks (default REELBATCH_CFG_PARALLEL, else 1).")] = None,
+    gpus: Annotated[Optional[str], typer.Option(help="The GPUs of a worker of several ranks, one a rank: 0,1,2,3 "
+                                                     "(default REELBATCH_GPUS, else the first).")] = None,
     loglevel: Annotated[str, typer.Option(help="Log level.")] = "INFO",
     log_format: Annotated[str, typer.Option("--log-format", help="text, or json: one JSON object per line, with "
                                                                  "the batch's run and video ids.")] = "text",
@@ -62,12 +69,14 @@ def worker(
     try:
         options = {"worker.max_batch": max_batch, "prices.gpu.usd_per_hour": gpu_rate, "worker.queue": queue,
                    "worker.models": _names(models), "engine.max_models": max_models, "worker.warm": warm,
-                   "worker.envelope": envelope}
+                   "worker.envelope": envelope, "engine.ulysses": ulysses, "engine.cfg_parallel": cfg_parallel,
+                   "worker.gpus": _gpus(gpus)}
         settings = Settings.from_env().with_values({k: v for k, v in options.items() if v is not None})
         session_factory(settings.database_url)  # refuse to start against a schema this code does not know
         served = settings.served_models()
         settings.engine_config()
         check_worker_config(settings)
+        check_ranks(settings, served, pool, concurrency)
         from jobs.quality.evaluate import check_precisions  # here: torch only for the command that renders
 
         check_precisions(settings, settings.registry(), served)  # a served model's precision, before any claim
@@ -91,6 +100,30 @@ def worker(
         # walk every object torch and diffusers made, 4.7-6.6 s on a busy 2-core machine; frozen out of it, the
         # exit takes 0.8-1.2 s (3 runs each of importing them and exiting).
         gc.freeze()
+
+
+def check_ranks(settings: Settings, served: tuple[str, ...], pool: str, concurrency: int) -> None:
+    """A worker of several ranks (engine.group): its GPUs made the only ones CUDA sees here (rank r on cuda:r),
+    before anything starts CUDA, then its layout checked (jobs.usecases.parallel)."""
+    import os
+
+    import torch
+
+    from jobs.usecases import parallel
+
+    if settings.worker.gpus is not None and settings.engine.device != "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, settings.worker.gpus))
+    parallel.check_worker(settings, served, pool, concurrency,
+                          torch.cuda.device_count() if torch.cuda.is_available() else None)
+
+
+def _gpus(raw: str | None) -> tuple[int, ...] | None:
+    if raw is None:
+        return None
+    try:
+        return device_list(raw)
+    except BadValue as exc:
+        fail(UsageError(f"--gpus: {exc}, got {raw!r}"))
 
 
 def _names(raw: str | None) -> tuple[str, ...] | None:

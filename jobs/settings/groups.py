@@ -34,6 +34,7 @@ class Worker:
     envelope: str  # "use", "measure" or "off" (jobs.render.envelopes)
     warm: bool  # render each waiting shape once (one step) before the first claim (jobs.render.serving.warm_up)
     device_memory_gib: float | None  # the memory its device may use; None: the device's own
+    gpus: tuple[int, ...] | None  # a worker of several ranks: its GPUs, one a rank (engine.group); None: the first
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,20 @@ def envelope_mode(raw: str) -> str:
     return raw.strip()
 
 
+def one_or_two(raw: str) -> int:
+    if raw.strip() not in ("1", "2"):
+        raise BadValue("must be 1 or 2")
+    return int(raw)
+
+
+def device_list(raw: str) -> tuple[int, ...]:
+    """GPU indices, comma-separated and each once: `0,1,2,3`."""
+    parts = [p.strip() for p in raw.split(",")]
+    if not all(re.fullmatch(r"[0-9]+", p) for p in parts) or len(set(map(int, parts))) != len(parts):
+        raise BadValue("must be GPU indices separated by commas, each once (0,1,2,3)")
+    return tuple(int(p) for p in parts)
+
+
 def device(raw: str) -> str:
     if not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]+)?", raw.strip()):
         raise BadValue("must be auto, cpu, cuda, cuda:N or mps")

@@ -15,11 +15,13 @@ from jobs.settings.readers import (
     count,
     count_or_auto,
     device,
+    device_list,
     envelope_mode,
     fraction,
     fraction_or_zero,
     input_prefixes,
     model_names,
+    one_or_two,
     output,
     path,
     port,
@@ -121,6 +123,13 @@ VARIABLES: tuple[Variable, ...] = (
     V("REELBATCH_ATTENTION", "engine.attention", text, "native", "`native`",
       "the transformer's attention kernel, a diffusers attention-backend name: `native` is torch's SDPA; "
       "`flash`, `_flash_3`, `sage` where those packages are installed"),
+    V("REELBATCH_ULYSSES", "engine.ulysses", count, 1, "`1`",
+      "a worker of several ranks on one machine (docs/OPERATIONS.md, one video on several GPUs): how many split each "
+      "video's tokens (Ulysses sequence parallelism; must divide the model's attention heads and each video's "
+      "latent tokens; `reelbatch worker --ulysses`); exact"),
+    V("REELBATCH_CFG_PARALLEL", "engine.cfg_parallel", one_or_two, 1, "`1`",
+      "`2`: the guided steps' conditional and unconditional passes on two halves of a worker's ranks (CFG "
+      "parallel, `reelbatch worker --cfg-parallel`); the worker has ulysses x this many ranks; exact"),
     V("REELBATCH_TEXT_CACHE", "engine.text_cache", switch, True, "`1`",
       "`1`/`0`: keep text embeddings in memory and under `REELBATCH_CACHE_DIR/text-embeddings/` (exact)"),
     V("REELBATCH_OFFLOAD_TEXT_ENCODER", "engine.offload_text_encoder", switch, False, "`0`",
@@ -173,6 +182,9 @@ VARIABLES: tuple[Variable, ...] = (
       "memory envelopes (docs/OPERATIONS.md): `use`: a worker takes at most the batch its device's measured envelope "
       "allows for each shape; `measure`: as `use`, and a worker measures a served model's envelope at start when "
       "none is kept for its device; `off`: batches by REELBATCH_MAX_BATCH alone (and submit checks none)"),
+    V("REELBATCH_GPUS", "worker.gpus", device_list, None, "all",
+      "the GPUs a worker of several ranks uses, one a rank (`reelbatch worker --gpus 0,1,2,3`): as many as "
+      "REELBATCH_ULYSSES x REELBATCH_CFG_PARALLEL; default: the first that many"),
     V("REELBATCH_DEVICE_MEMORY_GIB", "worker.device_memory_gib", positive, None, "the device's",
       "the memory, in GiB, a worker's device may use for envelopes (a worker given part of a machine); "
       "default: a GPU's total, a CPU's memory or its cgroup's limit"),

@@ -14,7 +14,7 @@ from jobs.errors import UsageError
 from jobs.manifest import load_manifest
 from jobs.manifest.specs import RunSpec
 from jobs.settings import Settings
-from jobs.usecases import envelopes
+from jobs.usecases import envelopes, parallel
 from jobs.usecases.feedback import SILENT, Feedback
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ def read_manifest(settings: Settings, manifest: Path, options: Options, feedback
         check_served_name(spec.name, f"{manifest.name}: name")
     check_signable(settings, manifest, spec)
     envelopes.check(settings, manifest, spec)  # a video that fits no measured device's memory
+    parallel.check(settings, manifest, spec)  # a video the settings' ranks cannot split
     return spec
 
 

@@ -85,8 +85,15 @@ def settings() -> Settings:
 
 @lru_cache(maxsize=1)
 def engine() -> Engine:
-    """The engine, made once per worker process: each pipeline loads once and stays."""
-    return Engine(settings().engine_config(), settings().registry())
+    """The engine, made once per worker process: each pipeline loads once and stays. With a layout of several ranks
+    (REELBATCH_ULYSSES, REELBATCH_CFG_PARALLEL) this process is rank 0 of a group it starts (engine.group): a rank
+    that stops answering within the lease time ends the group, and its batch comes back."""
+    config = settings().engine_config()
+    if config.ulysses * config.cfg_parallel > 1:
+        from engine.group import GroupEngine
+
+        return GroupEngine(config, settings().registry(), timeout_s=settings().limits.lease_s)
+    return Engine(config, settings().registry())
 
 
 @lru_cache(maxsize=1)
@@ -151,6 +158,8 @@ def finish_stores(**_) -> None:
     """A warm shutdown stores the batch still in the finisher before the process exits, then closes its session."""
     if finisher.cache_info().currsize:
         finisher().wait()
+    if engine.cache_info().currsize and hasattr(engine(), "group"):
+        engine().group.close()  # its other ranks quit with it
     if meter.cache_info().currsize:
         try:
             meter().close()
