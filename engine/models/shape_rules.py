@@ -93,12 +93,12 @@ def rules_of(info) -> ShapeRules:
     return info.rules if info.rules is not None else read_rules(info.path, info.base, f"model {info.name}")
 
 
-def heads_of(info) -> int | None:
-    """The attention heads of a registration's transformer (its folder's transformer/config.json, or transformer_2's
-    for a model that ships only the second expert); None where the folder is not there yet (a built-in model made at
-    first load) or says none."""
+def heads_of(path: Path | None, base: Path | None = None) -> int | None:
+    """The attention heads of the transformer of the folder at `path` (else `base`, a fine-tune's: its
+    transformer/config.json, or transformer_2's); None where there is no such folder (a built-in model not made
+    yet)."""
     for part in ("transformer", "transformer_2"):
-        for root in (info.path, info.base):
+        for root in (path, base):
             file = None if root is None else Path(root) / part / "config.json"
             if file is not None and file.is_file():
                 try:

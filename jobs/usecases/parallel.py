@@ -24,7 +24,8 @@ def layout(settings: Settings) -> Layout:
 
 def setting(settings: Settings) -> str:
     """The settings that chose the layout, as an error names them."""
-    return f"REELBATCH_ULYSSES={settings.engine.ulysses} (--ulysses), REELBATCH_CFG_PARALLEL={settings.engine.cfg_parallel}"
+    e = settings.engine
+    return f"REELBATCH_ULYSSES={e.ulysses} (--ulysses), REELBATCH_CFG_PARALLEL={e.cfg_parallel}"
 
 
 def check_worker(settings: Settings, served: tuple[str, ...], pool: str, concurrency: int,
@@ -50,9 +51,13 @@ def check_worker(settings: Settings, served: tuple[str, ...], pool: str, concurr
     elif gpus is not None:
         raise UsageError(f"--gpus / REELBATCH_GPUS: this worker renders on {device} (REELBATCH_DEVICE="
                          f"{settings.engine.device}), not on GPUs; its {shape.ranks} ranks are processes of it")
+    from engine.models.tiny import ensure_builtin  # torch: only where a worker starts
+
     registry = settings.registry()
     for model in served:
-        heads = heads_of(registry.get(model))
+        info = registry.get(model)
+        heads = (heads_of(ensure_builtin(settings.engine.cache_dir, model)) if info.builtin
+                 else heads_of(info.path, info.base))
         why = problem(shape, heads, shape.ulysses) if heads is not None else None
         if why is not None:
             raise UsageError(f"{setting(settings)}: model {model}: {why}")
@@ -65,7 +70,8 @@ def check(settings: Settings, manifest: Path | str, spec: RunSpec) -> None:
     if shape.ulysses == 1:
         return
     info = settings.registry().get(spec.model)
-    rules, heads = rules_of(info), heads_of(info)
+    rules = rules_of(info)
+    heads = None if info.builtin else heads_of(info.path, info.base)  # a built-in's: checked where a worker starts
     issues = []
     for n, v in enumerate(spec.videos):
         each = tokens(rules, v.width, v.height, v.window or v.frames)
