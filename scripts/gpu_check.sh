@@ -13,6 +13,9 @@
 #      around 832x480, 81 frames; the line and its held-out error), if time is left;
 #   7. cold-wan-1.3b.json: `reelbatch bench cold` of the 1.3B bench folder registered as `bench-1.3b` (832x480, 4
 #      steps; compile off, compile on cold, from the bundle), if time is left and the CLI's packages are installed.
+#   8. parallel-wan-1.3b.json: `reelbatch bench parallel --preset wan-1.3b` on the GPUs present (2: Ulysses 2 and CFG
+#      parallel 2; 4: also Ulysses 4 and 2 x 2; 8: also 4 x 2, since 1.3B's 12 heads rule out Ulysses 8), if time is
+#      left and there are at least 2 GPUs.
 #   usage: scripts/gpu_check.sh OUT_DIR [STEPS] [BUDGET_S]
 #   (STEPS: denoising steps per video, default 50; BUDGET_S: seconds the whole check may take, default 3600)
 set -uo pipefail
@@ -125,6 +128,19 @@ if [ "$(left)" -gt 400 ] && [ -d "$folder" ] && "$py" -c "import typer, celery" 
     || { status=1; tail -n 25 "$out/cold-wan-1.3b.log"; }
 else
   echo "== cold skipped: $(left)s left, folder $( [ -d "$folder" ] && echo built || echo missing)"
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+layouts=""
+[ "$gpus" -ge 2 ] && layouts="2,1x2"
+[ "$gpus" -ge 4 ] && layouts="$layouts,4,2x2"
+[ "$gpus" -ge 8 ] && layouts="$layouts,4x2"
+if [ -n "$layouts" ] && [ "$(left)" -gt 300 ] && "$py" -c "import typer, celery" 2>/dev/null; then
+  echo "== parallel on $gpus GPUs: $layouts ($(left)s left)"
+  timeout $(( $(left) - 10 )) "$py" -m jobs bench parallel --preset wan-1.3b --ranks "$layouts" --videos 2 \
+    --steps "$steps" --json > "$out/parallel-wan-1.3b.json" 2> "$out/parallel-wan-1.3b.log" \
+    || { status=1; tail -n 25 "$out/parallel-wan-1.3b.log"; }
+else
+  echo "== parallel skipped: $gpus GPUs, $(left)s left"
 fi
 echo "done in $(( SECONDS - start ))s"
 exit $status

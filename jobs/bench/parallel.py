@@ -4,7 +4,8 @@ and the efficiency (speedup over ranks), and whether the frames are the same byt
 
 Each side is a group of ranks started by engine.parallel.spawn (gloo on a CPU, nccl on GPUs), each rank on its share
 of the machine's cores (so a 2-rank side on 2 cores is 1 core a rank against 2 for the one-rank side), loading the
-model, rendering one video untimed, then the videos one at a time (batch 1: the latency a user waits for)."""
+model, rendering one video untimed, then the videos one at a time (batch 1: the latency a user waits for). A side's
+frames are judged against one rank's at the same threads a rank (rendered apart where the one-rank side ran more)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from jobs.settings import Settings
 class Side:
     ulysses: int
     cfg: int
+    threads: int  # torch's threads a rank
     seconds_per_video: float
     peak_rss_mb: list[float]  # per rank
     sha256: list[str]  # rank 0's frames, per video
@@ -36,6 +38,9 @@ class ParallelBench:
     videos: int
     batched_guidance: bool  # off when a side is CFG parallel: every side then runs the two passes as two calls
     sides: list[Side]
+    # One rank's frames (per video) at each side's threads a rank: torch's thread count alone changes the float sums
+    # (the 1.3B widths at 1 and 2 threads render other bytes), so a side is judged against one rank at its threads.
+    references: dict[int, list[str]]
 
     def speedup(self, side: Side) -> float:
         return self.sides[0].seconds_per_video / side.seconds_per_video
@@ -45,7 +50,8 @@ class ParallelBench:
                 "batched_guidance": self.batched_guidance,
                 "sides": [{**dataclasses.asdict(s), "ranks": s.ulysses * s.cfg, "speedup": self.speedup(s),
                            "efficiency": self.speedup(s) / (s.ulysses * s.cfg),
-                           "identical": s.sha256 == self.sides[0].sha256} for s in self.sides]}
+                           "identical": s.sha256 == self.references[s.threads]} for s in self.sides],
+                "references": {str(t): sha for t, sha in self.references.items()}}
 
 
 def run_parallel(settings: Settings, info: ModelInfo, preset: Preset, layouts: list[tuple[int, int]],
@@ -59,14 +65,19 @@ def run_parallel(settings: Settings, info: ModelInfo, preset: Preset, layouts: l
     base = settings.engine_config()
     backend = "nccl" if base.torch_device().type == "cuda" else "gloo"
     batched = base.batched_guidance and all(c == 1 for _, c in layouts)
-    sides = []
+    sides, references = [], {}
     for u, c in [(1, 1), *layouts]:
         n = u * c
         config = dataclasses.replace(base, ulysses=u, cfg_parallel=c, batched_guidance=batched)
         found = spawn(_rank, (config, info, shape, videos, max(1, cores // n)), ranks=n, backend=backend)
-        sides.append(Side(u, c, found[0]["seconds"] / videos, [r["peak_rss_mb"] for r in found],
+        sides.append(Side(u, c, max(1, cores // n), found[0]["seconds"] / videos, [r["peak_rss_mb"] for r in found],
                           found[0]["sha256"]))
-    return ParallelBench(info.name, shape.key(), videos, batched, sides)
+        references.setdefault(sides[0].threads, sides[0].sha256)
+    one = dataclasses.replace(base, batched_guidance=batched)
+    for threads in sorted({s.threads for s in sides} - set(references)):
+        (found,) = spawn(_rank, (one, info, shape, videos, threads), ranks=1, backend=None)
+        references[threads] = found["sha256"]
+    return ParallelBench(info.name, shape.key(), videos, batched, sides, references)
 
 
 def _rank(rank: int, config, info: ModelInfo, shape, videos: int, threads: int) -> dict:

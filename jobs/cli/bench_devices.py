@@ -123,7 +123,8 @@ def parallel(
 ) -> None:
     """The preset's model rendering the same videos on one rank and on each layout of --ranks (engine.parallel;
     gloo on a CPU, nccl on GPUs): seconds a video, peak memory per rank, speedup, efficiency, and whether every
-    side's frames are the bytes of one rank (with a CFG-parallel side, every side runs the two passes as two calls)."""
+    side's frames are the bytes of one rank at its threads a rank (with a CFG-parallel side, every side runs the two
+    passes as two calls)."""
     from engine.models.envelope import tokens
     from engine.models.shape_rules import rules_of
     from engine.parallel import Layout, problem
@@ -156,10 +157,12 @@ def parallel(
         return
     table = Table(title=f"bench parallel: {r.model} {r.shape}, {r.videos} videos a side, one at a time"
                         + ("" if r.batched_guidance else "; guidance's two passes as two calls on every side"))
-    for column in ("ulysses x cfg", "s a video", "speedup", "efficiency", "peak RSS MB a rank", "same bytes"):
+    for column in ("ulysses x cfg", "threads a rank", "s a video", "speedup", "efficiency", "peak RSS MB a rank",
+                   "one rank's bytes"):
         table.add_column(column)
     for s in data["sides"]:
-        table.add_row(f"{s['ulysses']} x {s['cfg']}", f"{s['seconds_per_video']:.2f}", f"{s['speedup']:.2f}x",
+        table.add_row(f"{s['ulysses']} x {s['cfg']}", str(s["threads"]), f"{s['seconds_per_video']:.2f}",
+                      f"{s['speedup']:.2f}x",
                       f"{s['efficiency']:.2f}", ", ".join(f"{m:.0f}" for m in s["peak_rss_mb"]),
                       "yes" if s["identical"] else "NO")
     out.print(table)
