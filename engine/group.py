@@ -1,5 +1,5 @@
 """One engine on several ranks of one machine (issue 44): a worker of ulysses x cfg ranks renders each video across
-all of them (engine.parallel splits the transformer's attention and the guided passes).
+all of them (engine.parallel splits the transformer's attention, by Ulysses and Ring, and the guided passes).
 
 Rank 0 is the worker's own process: it alone claims, renews the leases, decodes, encodes, stores and records, as a
 one-device worker does; its engine is a `GroupEngine`. The other ranks are `follow` processes it starts (spawned,
@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -58,7 +59,8 @@ class Group:
     """Rank 0's side of a group: the follower processes, their command queues, the control group and the watchdog.
     Made by `GroupEngine`; blocks until every rank has joined (or raises RenderError)."""
 
-    def __init__(self, config: EngineConfig, registry: Registry, layout: parallel.Layout, timeout_s: float):
+    def __init__(self, config: EngineConfig, registry: Registry, layout: parallel.Layout, timeout_s: float,
+                 measuring: tuple[str, ...] = ()):
         import torch.distributed as dist
         import torch.multiprocessing as mp
 
@@ -66,7 +68,7 @@ class Group:
         ranks = layout.ranks
         cuda = config.torch_device().type == "cuda"
         if cuda and torch.cuda.device_count() < ranks:
-            raise RenderError(f"ulysses {layout.ulysses} x cfg {layout.cfg} needs {ranks} GPUs, "
+            raise RenderError(f"ulysses {layout.ulysses} x ring {layout.ring} x cfg {layout.cfg} needs {ranks} GPUs, "
                               f"{torch.cuda.device_count()} are visible")
         backend = "nccl" if cuda else "gloo"
         port = parallel.free_port()
@@ -75,7 +77,7 @@ class Group:
         self.queues = [context.Queue() for _ in range(ranks - 1)]
         self.procs = [context.Process(target=follow, name=f"reelbatch-rank-{r}", daemon=True,
                                       args=(r, ranks, port, backend, config, registry, self.queues[r - 1],
-                                            os.getpid(), timeout_s, threads))
+                                            os.getpid(), timeout_s, threads, measuring))
                       for r in range(1, ranks)]
         for p in self.procs:
             p.start()
@@ -91,7 +93,8 @@ class Group:
         self.control = dist.new_group(backend="gloo")  # the step-by-step word, on CPU tensors whatever the devices
         self.lost: str | None = None
         threading.Thread(target=self._watch, name="reelbatch-group-watchdog", daemon=True).start()
-        log.info("group of %d ranks ready (ulysses %d x cfg %d, %s)", ranks, layout.ulysses, layout.cfg, backend)
+        log.info("group of %d ranks ready (ulysses %d x ring %d x cfg %d, %s)", ranks, layout.ulysses, layout.ring,
+                 layout.cfg, backend)
 
     def send(self, command) -> None:
         self.check()
@@ -140,9 +143,11 @@ class Group:
 class GroupEngine(Engine):
     """Rank 0's engine: the engine, with every model load and every batch's denoising mirrored on the followers."""
 
-    def __init__(self, config: EngineConfig, registry: Registry, *, timeout_s: float = 1800):
-        super().__init__(config, registry)
-        self.group = Group(config, registry, parallel.Layout(config.ulysses, config.cfg_parallel), timeout_s)
+    def __init__(self, config: EngineConfig, registry: Registry, *, timeout_s: float = 1800,
+                 measuring: Collection[str] = ()):
+        super().__init__(config, registry, measuring=measuring)
+        layout = parallel.Layout(config.ulysses, config.cfg_parallel, config.ring)
+        self.group = Group(config, registry, layout, timeout_s, tuple(measuring))
         self.pipelines.before_load = lambda name, keep: self.group.send(Load(name, keep))
 
     def _render_once(self, batch: RenderBatch, should_stop):
@@ -175,7 +180,7 @@ def _collective_error(exc: BaseException) -> bool:
 
 
 def follow(rank: int, ranks: int, port: int, backend: str, config: EngineConfig, registry: Registry, commands,
-           parent: int, timeout_s: float, threads: int) -> None:
+           parent: int, timeout_s: float, threads: int, measuring: tuple[str, ...] = ()) -> None:
     """A follower rank: join the group, then do each command rank 0 sends, until it says quit or is gone."""
     import torch.distributed as dist
 
@@ -189,7 +194,7 @@ def follow(rank: int, ranks: int, port: int, backend: str, config: EngineConfig,
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks,
                             timeout=timedelta(seconds=timeout_s))
     control = dist.new_group(backend="gloo")
-    engine = Engine(config, registry)
+    engine = Engine(config, registry, measuring=measuring)
     engine.decodes = False
     while (command := commands.get()) != QUIT:
         if isinstance(command, Load):

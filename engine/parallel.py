@@ -1,4 +1,4 @@
-"""One video across several ranks: Ulysses sequence parallelism (issue 44), through diffusers' own context
+"""One video across several ranks: Ulysses and Ring sequence parallelism (issue 44), through diffusers' own context
 parallelism (`ContextParallelConfig`, `ModelMixin.enable_parallelism`, Wan's `_cp_plan` in its transformer).
 
 Every rank runs the same engine on the same batch: the transformer splits its tokens across the ranks, each attention
@@ -7,11 +7,13 @@ rest of the loop are unchanged. On a CPU (torch.distributed's gloo) the result i
 (tests/engine/test_parallel.py); NCCL on GPUs.
 
 What is here: the checks a layout must pass before anything renders (`problem`), applying it to a loaded
-transformer (`apply`), the one workaround diffusers needs on a CPU (`_one_accelerator`), and `spawn`, which starts
-a group of ranks on this machine and returns what each rank's function returned. CFG parallel (`Layout.cfg` 2): the
-ranks form two halves, one taking the conditional pass of each guided step and the other the unconditional, their
-predictions gathered (engine.loop.guidance.prediction); composed with Ulysses on a cfg x ulysses mesh. Ring
-attention is not here yet.
+transformer (`apply`), the two workarounds diffusers needs on a CPU (`_one_accelerator`, `_cpu_ring_lse`), and
+`spawn`, which starts a group of ranks on this machine and returns what each rank's function returned. CFG parallel
+(`Layout.cfg` 2): the ranks form two halves, one taking the conditional pass of each guided step and the other the
+unconditional, their predictions gathered (engine.loop.guidance.prediction). Ring (`Layout.ring`): each rank keeps
+its share of the tokens' queries and meets every rank's keys and values in turn, the partial attentions merged by
+their log-sum-exp; not bit-exact (the merge rounds otherwise), so a lever behind the quality gate. All three compose
+on a cfg x ring x ulysses mesh.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ class Layout:
 
     ulysses: int = 1
     cfg: int = 1
+    ring: int = 1  # ranks that split the tokens by Ring attention (times ulysses: the ranks sharing one pass)
 
     @property
     def ranks(self) -> int:
-        return self.ulysses * self.cfg
+        return self.ulysses * self.ring * self.cfg
 
 
 # This process's CFG-parallel group and its half (0: the conditional pass, 1: the unconditional), set by `apply`.
@@ -64,13 +67,17 @@ def problem(layout: Layout, heads: int, tokens: int, world: int | None = None) -
     u = layout.ulysses
     if u < 1:
         return f"ulysses must be at least 1, got {u}"
+    if layout.ring < 1:
+        return f"ring must be at least 1, got {layout.ring}"
     if layout.cfg not in (1, 2):
         return f"cfg must be 1 or 2 (the conditional and the unconditional pass), got {layout.cfg}"
     if heads % u:
         return (f"ulysses {u} does not divide the transformer's {heads} attention heads (each rank takes heads/{u} "
                 f"of them): use a divisor of {heads}")
-    if tokens % u:
-        return f"ulysses {u} does not divide the video's {tokens} latent tokens: choose a size whose tokens it divides"
+    split = u * layout.ring
+    if tokens % split:
+        who = f"ulysses {u}" if layout.ring == 1 else f"ulysses {u} x ring {layout.ring} = {split}"
+        return f"{who} does not divide the video's {tokens} latent tokens: choose a size whose tokens it divides"
     if world is not None and world != layout.ranks:
         return f"the layout needs {layout.ranks} ranks, {world} are running"
     return None
@@ -86,16 +93,20 @@ def apply(transformer, layout: Layout) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     if not dist.is_initialized() or dist.get_world_size() != layout.ranks:
-        raise RuntimeError(f"ulysses {layout.ulysses} x cfg {layout.cfg} needs {layout.ranks} ranks started "
-                           "(engine.parallel.spawn)")
-    # Ranks r and r + ulysses share tokens and take the two passes; ranks of one half split the tokens.
-    kind = "cuda" if next(transformer.parameters()).is_cuda else "cpu"
-    mesh = init_device_mesh(kind, (layout.cfg, 1, layout.ulysses), mesh_dim_names=("cfg", "ring", "ulysses"))
+        raise RuntimeError(f"ulysses {layout.ulysses} x ring {layout.ring} x cfg {layout.cfg} needs {layout.ranks} "
+                           "ranks started (engine.parallel.spawn, engine.group)")
+    # Ranks r and r + ring x ulysses share tokens and take the two passes; the ranks of one half split the tokens.
+    cuda = next(transformer.parameters()).is_cuda
+    mesh = init_device_mesh("cuda" if cuda else "cpu", (layout.cfg, layout.ring, layout.ulysses),
+                            mesh_dim_names=("cfg", "ring", "ulysses"))
     if layout.cfg > 1:
         _cfg = (mesh["cfg"].get_group(), mesh["cfg"].get_local_rank())
-    if layout.ulysses > 1:
+    if layout.ring > 1 and not cuda:
+        _cpu_ring_lse()
+    if layout.ulysses * layout.ring > 1:
         with _one_accelerator():
-            transformer.enable_parallelism(config=ContextParallelConfig(ulysses_degree=layout.ulysses, mesh=mesh))
+            transformer.enable_parallelism(config=ContextParallelConfig(
+                ulysses_degree=layout.ulysses, ring_degree=layout.ring, mesh=mesh))
     transformer._reelbatch_layout = layout  # what engine.frames.checks.check_shape checks each shape against
 
 
@@ -115,6 +126,35 @@ def _one_accelerator():
         yield
     finally:
         torch.accelerator.device_count = real
+
+
+def _cpu_ring_lse() -> None:
+    """diffusers (0.42) runs Ring attention's partial attentions through the backend's forward op asking for the
+    log-sum-exp, which its native (SDPA) op refuses ("Native attention does not support return_lse=True"); on a GPU
+    the flash and cuDNN backends return it. On a CPU, torch's own flash-attention kernel returns it: this wraps the
+    native op so that a call asking for the log-sum-exp is answered by that kernel, and any other call goes on to
+    diffusers' op unchanged. tests/engine/test_parallel.py fails once diffusers' op returns it itself."""
+    from diffusers.models import attention_dispatch as dispatch
+
+    native = dispatch._native_attention_forward_op
+    if getattr(native, "_reelbatch_lse", False):
+        return
+
+    def forward(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
+        import torch
+
+        if not return_lse or query.is_cuda or attn_mask is not None or enable_gqa:
+            return native(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+                          _save_ctx=_save_ctx, _parallel_config=_parallel_config)
+        q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))  # (B, S, H, D) -> (B, H, S, D)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal,
+                                                                              scale=scale)
+        return out.permute(0, 2, 1, 3), lse.permute(0, 2, 1)  # the model's layout: (B, S, H, D) and (B, S, H)
+
+    forward._reelbatch_lse = True
+    forward.__wrapped__ = native
+    dispatch._native_attention_forward_op = forward
 
 
 def spawn(fn: Callable, args: tuple, ranks: int, backend: str | None = "gloo", timeout_s: float = 1800) -> list:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,8 +56,11 @@ class EngineConfig:
     # Ranks one video's tokens are split across (Ulysses sequence parallelism, engine.parallel): every rank runs this
     # engine on the same batch in one torch.distributed group (engine.parallel.spawn). 1: one process, as always.
     ulysses: int = 1
-    # 2: the guided steps' two passes on two halves of the ranks (CFG parallel, engine.parallel); ulysses x cfg ranks.
+    # 2: the guided steps' two passes on two halves of the ranks (CFG parallel, engine.parallel).
     cfg_parallel: int = 1
+    # Ranks that split the tokens by Ring attention (engine.parallel): ulysses x ring x cfg_parallel ranks in all.
+    # Not bit-exact: a lossy lever, gated (`ring=R`).
+    ring: int = 1
     # Long videos (engine.long.chunks): the noise level below which a chunk's frames shared with the chunk before are
     # left to the model, so it can smooth the join (the stitch then crossfades). 0: tied to the end (measured best
     # on the toy model: docs/LONG_VIDEOS.md).
@@ -94,7 +98,7 @@ class EngineConfig:
         native precision): the exact mode a gate measures them against."""
         attention = "native" if gated_attention(self.attention) else self.attention
         return replace(self, step_cache=0.0, guidance_fraction=1.0, step_scale=1.0, attention=attention,
-                       precision="native", text_encoder_precision="native")
+                       precision="native", text_encoder_precision="native", ring=1)
 
     def lossy(self) -> str:
         """The lossy accelerators this config turns on, as a stable key ("" when none): what a gate is recorded
@@ -108,6 +112,8 @@ class EngineConfig:
             parts.append(f"step_scale={self.step_scale:g}")
         if gated_attention(self.attention):
             parts.append(f"attention={self.attention}")
+        if self.ring > 1:
+            parts.append(f"ring={self.ring}")
         return ",".join(parts)
 
     def with_lossy(self, setting: str) -> EngineConfig:
@@ -123,6 +129,11 @@ class EngineConfig:
                                      "its name); others need no gate")
                 values[name] = raw.strip()
                 continue
+            if sep and name == "ring":
+                if not re.fullmatch(r"[0-9]+", raw.strip()) or int(raw) < 2:
+                    raise ValueError(f"{part!r}: ring must be a whole number of ranks, at least 2")
+                values[name] = int(raw)
+                continue
             if sep and name == "text_encoder_precision":
                 from engine.levers.precision import check_mode  # torch-free; here to keep this module's imports plain
 
@@ -133,7 +144,7 @@ class EngineConfig:
                 continue
             if not sep or name not in LOSSY_RANGES:
                 raise ValueError(f"{part!r}: expected NAME=VALUE with NAME one of {', '.join(LOSSY_RANGES)}, "
-                                 "attention or text_encoder_precision")
+                                 "attention, ring or text_encoder_precision")
             try:
                 value = float(raw)
             except ValueError:

@@ -202,9 +202,10 @@ class PipelineCache:
                         model.set_attention_backend(self.config.attention)
                 except (ValueError, RuntimeError, ImportError) as exc:
                     raise RenderError(f"attention backend {self.config.attention!r} cannot run here: {exc}") from None
-            if self.config.ulysses * self.config.cfg_parallel > 1:
+            layout = parallel.Layout(self.config.ulysses, self.config.cfg_parallel, self.config.ring)
+            if layout.ranks > 1:
                 for model in experts(pipe):
-                    parallel.apply(model, parallel.Layout(self.config.ulysses, self.config.cfg_parallel))
+                    parallel.apply(model, layout)
             if self.config.compile:
                 # Set before the first compile; an operator's own TORCHINDUCTOR_CACHE_DIR wins.
                 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(self.config.cache_dir) / "inductor"))

@@ -143,7 +143,12 @@ def _measured_engine(config: EngineConfig, registry: Registry, model: str) -> En
     """An engine that renders `model` with `config`'s lossy settings, its gate not required (measuring is what the
     gate is for); a precision this device cannot run, or one that is native here (nothing to gate), is a usage
     error naming --precision."""
-    engine = Engine(config, registry, measuring=[model])
+    if config.ulysses * config.cfg_parallel * config.ring > 1:  # `--setting ring=2`: this process is rank 0
+        from engine.group import GroupEngine
+
+        engine = GroupEngine(config, registry, measuring=[model])
+    else:
+        engine = Engine(config, registry, measuring=[model])
     pipes, native = engine.pipelines, engine.pipelines.native()
     asked = [(f"--precision {config.precision}", config.precision, pipes.precision, f"{model!r} renders"),
              (f"--setting text_encoder_precision={config.text_encoder_precision}", config.text_encoder_precision,

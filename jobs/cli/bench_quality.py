@@ -28,7 +28,8 @@ def quality(
         "--model", help="A model trained on the toy world, or any registration (judged on --prompts or the shipped "
                         "prompts); a distilled one is judged against its teacher.")] = "toy",
     setting: Annotated[Optional[list[str]], typer.Option(
-        "--setting", help="Repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, step_scale "
+        "--setting", help="Repeatable: NAME=VALUE[,NAME=VALUE] of step_cache, guidance_fraction, step_scale, "
+                          "attention (a sage kernel), ring (Ring attention on that many ranks, started here) "
                           "(default: a measured list).")] = None,
     precision: Annotated[Optional[list[str]], typer.Option(
         "--precision", help="Repeatable: auto, fp32, bf16, fp16, int8-weight, int8, fp8 (engine.levers.precision): measure "

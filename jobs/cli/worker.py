@@ -33,6 +33,8 @@ def worker(
     ulysses: Annotated[Optional[int], typer.Option(min=1, help="Ranks that split each video's tokens: one worker of "
                                                    "ulysses x cfg-parallel ranks on this machine (default "
                                                    "REELBATCH_ULYSSES, else 1).")] = None,
+    ring: Annotated[Optional[int], typer.Option(min=1, help="Ranks that split each video's tokens by Ring attention, "
+                                                "times --ulysses; gated (default REELBATCH_RING, else 1).")] = None,
     cfg_parallel: Annotated[Optional[int], typer.Option(min=1, max=2, help="2: the guided passes on two halves of "
                                                         "the ranks (default REELBATCH_CFG_PARALLEL, else 1).")] = None,
     gpus: Annotated[Optional[str], typer.Option(help="The GPUs of a worker of several ranks, one a rank: 0,1,2,3 "
@@ -69,7 +71,7 @@ def worker(
     try:
         options = {"worker.max_batch": max_batch, "prices.gpu.usd_per_hour": gpu_rate, "worker.queue": queue,
                    "worker.models": _names(models), "engine.max_models": max_models, "worker.warm": warm,
-                   "worker.envelope": envelope, "engine.ulysses": ulysses, "engine.cfg_parallel": cfg_parallel,
+                   "worker.envelope": envelope, "engine.ulysses": ulysses, "engine.cfg_parallel": cfg_parallel, "engine.ring": ring,
                    "worker.gpus": _gpus(gpus)}
         settings = Settings.from_env().with_values({k: v for k, v in options.items() if v is not None})
         session_factory(settings.database_url)  # refuse to start against a schema this code does not know

@@ -102,6 +102,7 @@ class Meter:
                              .values(up_s=_at_least(WorkerSession.up_s, self.up_s()),
                                      worked_s=_at_least(WorkerSession.worked_s, self.worked_s()),
                                      last_seen_at=utcnow(),
+                                     models=None if self.models is None else ",".join(self.models),
                                      in_flight_videos=",".join(map(str, in_flight[0])) if in_flight else None,
                                      in_flight_since_s=max(0.0, in_flight[1] - self._started) if in_flight else None)
                              .execution_options(synchronize_session=False))

@@ -127,6 +127,10 @@ VARIABLES: tuple[Variable, ...] = (
       "a worker of several ranks on one machine (docs/OPERATIONS.md, one video on several GPUs): how many split each "
       "video's tokens (Ulysses sequence parallelism; must divide the model's attention heads and each video's "
       "latent tokens; `reelbatch worker --ulysses`); exact"),
+    V("REELBATCH_RING", "engine.ring", count, 1, "`1`",
+      "ranks of a worker that split each video's tokens by Ring attention (times REELBATCH_ULYSSES; `reelbatch "
+      "worker --ring`): not bit-exact, so a lever behind the quality gate (`reelbatch bench quality --setting "
+      "ring=2`)"),
     V("REELBATCH_CFG_PARALLEL", "engine.cfg_parallel", one_or_two, 1, "`1`",
       "`2`: the guided steps' conditional and unconditional passes on two halves of a worker's ranks (CFG "
       "parallel, `reelbatch worker --cfg-parallel`); the worker has ulysses x this many ranks; exact"),

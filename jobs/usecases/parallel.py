@@ -19,13 +19,14 @@ SHOWN = 20
 
 
 def layout(settings: Settings) -> Layout:
-    return Layout(settings.engine.ulysses, settings.engine.cfg_parallel)
+    return Layout(settings.engine.ulysses, settings.engine.cfg_parallel, settings.engine.ring)
 
 
 def setting(settings: Settings) -> str:
     """The settings that chose the layout, as an error names them."""
     e = settings.engine
-    return f"REELBATCH_ULYSSES={e.ulysses} (--ulysses), REELBATCH_CFG_PARALLEL={e.cfg_parallel}"
+    ring = f", REELBATCH_RING={e.ring} (--ring)" if e.ring > 1 else ""
+    return f"REELBATCH_ULYSSES={e.ulysses} (--ulysses){ring}, REELBATCH_CFG_PARALLEL={e.cfg_parallel}"
 
 
 def check_worker(settings: Settings, served: tuple[str, ...], pool: str, concurrency: int,
@@ -58,7 +59,7 @@ def check_worker(settings: Settings, served: tuple[str, ...], pool: str, concurr
         info = registry.get(model)
         heads = (heads_of(ensure_builtin(settings.engine.cache_dir, model)) if info.builtin
                  else heads_of(info.path, info.base))
-        why = problem(shape, heads, shape.ulysses) if heads is not None else None
+        why = problem(shape, heads, shape.ulysses * shape.ring) if heads is not None else None
         if why is not None:
             raise UsageError(f"{setting(settings)}: model {model}: {why}")
 
@@ -67,7 +68,7 @@ def check(settings: Settings, manifest: Path | str, spec: RunSpec) -> None:
     """Refuse a run with a video the settings' layout cannot split (its latent tokens, or its model's heads, not a
     multiple of the ranks that split them): ManifestError naming each such video's line. With one rank, nothing."""
     shape = layout(settings)
-    if shape.ulysses == 1:
+    if shape.ulysses * shape.ring == 1:
         return
     info = settings.registry().get(spec.model)
     rules = rules_of(info)

@@ -89,7 +89,7 @@ def engine() -> Engine:
     (REELBATCH_ULYSSES, REELBATCH_CFG_PARALLEL) this process is rank 0 of a group it starts (engine.group): a rank
     that stops answering within the lease time ends the group, and its batch comes back."""
     config = settings().engine_config()
-    if config.ulysses * config.cfg_parallel > 1:
+    if config.ulysses * config.cfg_parallel * config.ring > 1:
         from engine.group import GroupEngine
 
         return GroupEngine(config, settings().registry(), timeout_s=settings().limits.lease_s)
@@ -113,6 +113,15 @@ def gated() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Of the models this worker is to serve (`--models`, else every registered one), those whose gates let its
     engine render them, and those they do not (jobs.render.serving.gated_models), as the worker started."""
     return gated_models(engine(), settings().served_models())
+
+
+def gated_now() -> tuple[str, ...]:
+    """The models this worker may render now (a gate recorded since it started counts), its session's record of
+    them brought up to date at the next heartbeat; asked at each sweep."""
+    ok, ungated = gated_models(engine(), settings().served_models(engine().registry))
+    if meter.cache_info().currsize:
+        meter().models = ok + tuple(UNGATED_MARK + m for m in ungated)
+    return ok
 
 
 def served() -> tuple[str, ...]:
@@ -151,7 +160,7 @@ def start_sweeper() -> None:
     except Exception:  # noqa: BLE001 - the database is away: the first heartbeat that reaches it opens the session
         log.warning("could not open the worker session; the sweeper will", exc_info=True)
     Sweeper(config, session_factory(config.database_url), busy, lambda n, model: send_tickets(app, n, model), paid,
-            models=served()).start()
+            models=gated_now).start()
 
 
 def finish_stores(**_) -> None:

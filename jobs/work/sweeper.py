@@ -47,7 +47,9 @@ class Sweeper(threading.Thread):
                  meter: Meter | None, models: tuple[str, ...]):
         super().__init__(name="reelbatch-sweeper", daemon=True)
         self.settings, self.factory, self.busy, self.send_tickets = settings, factory, busy, send_tickets
-        self.meter, self.models = meter, models
+        # A callable: asked at each sweep (the models whose gates pass now: a gate recorded while the worker runs
+        # brings its model's work tickets, no restart).
+        self.meter, self._models = meter, models
         # Often enough that reaped work restarts within a fraction of a lease; rarely enough to cost nothing.
         self.interval = max(1.0, min(15.0, settings.limits.lease_s / 4))
         self.stopped = threading.Event()
@@ -60,7 +62,12 @@ class Sweeper(threading.Thread):
             except Exception:  # noqa: BLE001 - database or broker briefly away: sweep again next interval
                 log.warning("sweep failed; trying again in %.0f s", self.interval, exc_info=True)
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self._models() if callable(self._models) else self._models
+
     def sweep(self) -> None:
+        models = self.models
         if self.meter is not None:
             self.meter.heartbeat()
         fleet = self.fleet_turn()
@@ -71,12 +78,12 @@ class Sweeper(threading.Thread):
                 log.warning("closed %d worker sessions whose heartbeats stopped", lost)
             requeued = leases.reap_expired(self.factory, max_attempts=self.settings.limits.max_attempts)
         if self.settings.worker.metrics_port:  # a count of every claimable unit: only where someone reads it
-            prometheus.QUEUE_DEPTH.set(claims.claimable_count(self.factory, self.models))
+            prometheus.QUEUE_DEPTH.set(claims.claimable_count(self.factory, models))
         if requeued:
             log.warning("returned %d units with expired leases to the queue", requeued.total())
             for model, n in requeued.items():
                 self.send_tickets(n, model)
-        elif not self.busy.is_set() and (model := claims.next_model(self.factory, self.models)) is not None:
+        elif not self.busy.is_set() and (model := claims.next_model(self.factory, models)) is not None:
             self.send_tickets(1, model)
         if fleet:
             self.keep_deadlines()  # whatever it meets, leases were reaped and tickets sent

@@ -1,8 +1,9 @@
 """A worker of several ranks on the job path (issue 44): `reelbatch worker --ulysses 2` (and `--cfg-parallel 2`)
 starts its other rank itself, claims, renders and stores a manifest's videos exactly once, and its MP4s are the
-bytes a one-rank worker makes (the same guidance passes, each rank's share of the cores); a rank killed mid-batch
-ends the whole worker at once (status 70), and another worker renders the batch when its lease ends, nothing lost
-or duplicated; and the layout is checked at start and at submit, the setting named."""
+bytes a one-rank worker makes (the same guidance passes, each rank's share of the cores); `--ring 2`, not bit-exact,
+takes no work until `reelbatch bench quality --setting ring=2` records its passing gate, then renders the run; a rank
+killed mid-batch ends the whole worker at once (status 70), and another worker renders the batch when its lease
+ends, nothing lost or duplicated; and the layout is checked at start and at submit, the setting named."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import sqlite3
 import subprocess
 import time
 
+import pytest
+
+from engine.models.registry import Registry
 from tests.e2e.conftest import Cli, base_env
 from tests.e2e.procs import Workers, wait_for
 
@@ -56,11 +60,37 @@ def test_a_worker_of_two_ranks_renders_the_bytes_of_one(tmp_path, model_cache):
     assert ulysses == one and cfg == one
     assert len(set(one.values())) == 3  # three seeds, three videos
     assert "group of" not in alone
-    assert "group of 2 ranks ready (ulysses 2 x cfg 1, gloo)" in split
-    assert "group of 2 ranks ready (ulysses 1 x cfg 2, gloo)" in halves
+    assert "group of 2 ranks ready (ulysses 2 x ring 1 x cfg 1, gloo)" in split
+    assert "group of 2 ranks ready (ulysses 1 x ring 1 x cfg 2, gloo)" in halves
     assert "[rank 1] INFO engine.models.pipelines: loading model tiny" in split
     with sqlite3.connect(tmp_path / "reelbatch.db") as db:
         assert db.execute("SELECT count(*), sum(attempts) FROM work_units").fetchone() == (9, 9)  # each once
+
+
+@pytest.mark.skipif("toy" not in Registry().models, reason="the toy model's weights are not in place")
+def test_ring_waits_for_its_gate_then_renders(tmp_path):
+    # A cache of its own: the gate this test records stays here.
+    env = {**base_env(tmp_path / "cache"), "REELBATCH_WORKER_MODELS": "toy"}
+    cli = Cli(tmp_path, env)
+    (tmp_path / "ring.yaml").write_text("name: ring\nmodel: toy\ndefaults: {steps: 4}\nvideos:\n" + VIDEOS)
+    cli("submit", "ring.yaml")
+    with Workers(env, tmp_path) as workers:
+        worker = workers.start(args=("--ring", "2"))
+        wait_for("the ungated worker's session", lambda: "no gate for toy" in cli("status").stdout, timeout=300,
+                 interval=1, diagnose=workers.tails)
+        assert worker.claims() == 0 and results(tmp_path, "ring") == []
+        bench = cli("bench", "quality", "--model", "toy", "--setting", "ring=2", "--count", "32", "--json")
+        found = json.loads(bench.stdout)
+        assert found["passed"] == ["ring=2"] and found["released"] == ["ring=2"], found
+        (gate,) = found["settings"]
+        assert gate["psnr_db_mean"] > 60 and gate["ssim_min"] > 0.999, gate  # one level of 255 at most, rarely
+        # No restart: the worker's next sweep sees the gate, sends itself a ticket and renders the run.
+        wait_for("the run", lambda: len(results(tmp_path, "ring")) == 3, timeout=600, interval=1,
+                 diagnose=workers.tails)
+        log = worker.text()
+        wait_for("its session's record", lambda: "no gate" not in cli("status").stdout, timeout=60, interval=1)
+    assert {r["status"] for r in results(tmp_path, "ring")} == {"succeeded"}
+    assert "group of 2 ranks ready (ulysses 1 x ring 2 x cfg 1, gloo)" in log
 
 
 def followers(pid: int) -> list[int]:

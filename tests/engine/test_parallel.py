@@ -102,9 +102,51 @@ def test_cfg_parallel_alone_and_with_ulysses_renders_the_bytes_of_one_process(mo
     (Layout(4), 12, 32760, None),  # 832x480, 81 frames: 21 x 30 x 52 = 32,760 tokens, 8,190 a rank
     (Layout(0), 12, 32760, "ulysses must be at least 1, got 0"),
     (Layout(2, cfg=3), 12, 32760, "cfg must be 1 or 2 (the conditional and the unconditional pass), got 3"),
+    # Ring splits tokens, not heads: 12 heads, ring 8 is fine; 27 tokens (tiny at 48x48) split by neither 2 nor 2 x 2.
+    (Layout(1, ring=8), 12, 32760, None),
+    (Layout(1, ring=2), 2, 27, "ulysses 1 x ring 2 = 2 does not divide the video's 27 latent tokens: choose a size "
+                               "whose tokens it divides"),
+    (Layout(2, ring=2), 2, 48, None),
+    (Layout(1, ring=0), 12, 32760, "ring must be at least 1, got 0"),
 ])
 def test_a_layout_must_divide_heads_and_tokens(layout, heads, tokens, said):
     assert problem(layout, heads, tokens) == said
+
+
+def _frames(rank: int, config: EngineConfig, models: list[str]) -> dict:
+    import torch
+
+    torch.set_num_threads(1)  # every side at one thread: torch's thread count alone changes the float sums
+    engine = Engine(config, Registry(), measuring=models)  # Ring is gated: measured here, as the gate's bench does
+    return {m: [v.frames for v in engine.render(RenderBatch(SHAPES[m], REQUESTS))] for m in models}
+
+
+def test_ring_on_two_ranks_renders_within_one_level_of_one_process(model_cache):
+    """Ring attention merges each rank's partial attention by its log-sum-exp: other rounding, so not the bytes of
+    one process, but within one level of 255 anywhere (it is gated as a lossy lever: tests/e2e/test_group_worker.py).
+    """
+    import numpy as np
+
+    one = EngineConfig(cache_dir=model_cache)
+    (alone,) = spawn(_frames, (one, models()), ranks=1, backend=None)
+    ranks = spawn(_frames, (dataclasses.replace(one, ring=2), models()), ranks=2)
+    for m in models():
+        for ring, single in zip(ranks[0][m], alone[m]):
+            assert np.abs(ring.astype(np.int16) - single.astype(np.int16)).max() <= 1, m
+        assert all((a == b).all() for a, b in zip(ranks[0][m], ranks[1][m]))  # every rank ends with the same frames
+
+
+def test_the_cpu_ring_workaround_is_still_needed():
+    """diffusers' native attention op refuses the log-sum-exp Ring asks it for (engine.parallel._cpu_ring_lse): this
+    fails once it returns it, so the workaround can go."""
+    import torch
+    from diffusers.models import attention_dispatch as dispatch
+
+    op = dispatch._native_attention_forward_op
+    op = getattr(op, "__wrapped__", op)
+    q = torch.zeros(1, 4, 2, 8)
+    with pytest.raises(ValueError, match="does not support return_lse"):
+        op(None, q, q, q, return_lse=True, _save_ctx=False)
 
 
 def test_a_layout_needs_its_ranks():
