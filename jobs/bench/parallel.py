@@ -25,6 +25,7 @@ from jobs.settings import Settings
 class Side:
     ulysses: int
     cfg: int
+    ring: int
     threads: int  # torch's threads a rank
     seconds_per_video: float
     peak_rss_mb: list[float]  # per rank
@@ -48,15 +49,15 @@ class ParallelBench:
     def to_dict(self) -> dict:
         return {"model": self.model, "shape": self.shape, "videos": self.videos,
                 "batched_guidance": self.batched_guidance,
-                "sides": [{**dataclasses.asdict(s), "ranks": s.ulysses * s.cfg, "speedup": self.speedup(s),
-                           "efficiency": self.speedup(s) / (s.ulysses * s.cfg),
+                "sides": [{**dataclasses.asdict(s), "ranks": s.ulysses * s.cfg * s.ring, "speedup": self.speedup(s),
+                           "efficiency": self.speedup(s) / (s.ulysses * s.cfg * s.ring),
                            "identical": s.sha256 == self.references[s.threads]} for s in self.sides],
                 "references": {str(t): sha for t, sha in self.references.items()}}
 
 
-def run_parallel(settings: Settings, info: ModelInfo, preset: Preset, layouts: list[tuple[int, int]],
+def run_parallel(settings: Settings, info: ModelInfo, preset: Preset, layouts: list[tuple[int, int, int]],
                  videos: int) -> ParallelBench:
-    """`layouts`: (ulysses, cfg) per side after the one-rank side."""
+    """`layouts`: (ulysses, cfg, ring) per side after the one-rank side."""
     from engine.parallel import spawn
     from engine.types import Shape
 
@@ -64,13 +65,13 @@ def run_parallel(settings: Settings, info: ModelInfo, preset: Preset, layouts: l
     cores = os.cpu_count() or 1
     base = settings.engine_config()
     backend = "nccl" if base.torch_device().type == "cuda" else "gloo"
-    batched = base.batched_guidance and all(c == 1 for _, c in layouts)
+    batched = base.batched_guidance and all(c == 1 for _, c, _ in layouts)
     sides, references = [], {}
-    for u, c in [(1, 1), *layouts]:
-        n = u * c
-        config = dataclasses.replace(base, ulysses=u, cfg_parallel=c, batched_guidance=batched)
+    for u, c, r in [(1, 1, 1), *layouts]:
+        n = u * c * r
+        config = dataclasses.replace(base, ulysses=u, cfg_parallel=c, ring=r, batched_guidance=batched)
         found = spawn(_rank, (config, info, shape, videos, max(1, cores // n)), ranks=n, backend=backend)
-        sides.append(Side(u, c, max(1, cores // n), found[0]["seconds"] / videos, [r["peak_rss_mb"] for r in found],
+        sides.append(Side(u, c, r, max(1, cores // n), found[0]["seconds"] / videos, [r["peak_rss_mb"] for r in found],
                           found[0]["sha256"]))
         references.setdefault(sides[0].threads, sides[0].sha256)
     one = dataclasses.replace(base, batched_guidance=batched)
@@ -91,7 +92,7 @@ def _rank(rank: int, config, info: ModelInfo, shape, videos: int, threads: int) 
     if config.torch_device().type == "cuda":
         torch.cuda.set_device(rank)
         config = dataclasses.replace(config, device=f"cuda:{rank}")
-    engine = Engine(config, Registry({info.name: info}))
+    engine = Engine(config, Registry({info.name: info}), measuring=[info.name])  # Ring is gated: measured here
     engine.render(RenderBatch(shape, (RenderRequest(-1, "a warm-up", None, 0),)))  # loads and warms: untimed
     sha, started = [], time.perf_counter()
     for i in range(videos):

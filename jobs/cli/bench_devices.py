@@ -115,8 +115,8 @@ def _resolution(text: str) -> tuple[int, int]:
 def parallel(
     preset: PresetOption = "small",
     ranks: Annotated[str, typer.Option(
-        "--ranks", help="Comma-separated layouts, each a side: U (Ulysses on U ranks) or UxC (C 2: CFG parallel "
-                        "too, U x C ranks), e.g. 2,1x2,2x2.")] = "2",
+        "--ranks", help="Comma-separated layouts, each a side: U (Ulysses on U ranks), UxC (C 2: CFG parallel "
+                        "too, U x C ranks) or UxCxR (Ring on R ranks too), e.g. 2,1x2,2x2,1x1x2.")] = "2",
     videos: Annotated[int, typer.Option("--videos", min=1, max=100, help="Videos a side, one at a time.")] = 4,
     steps: StepsOption = None,
     json_: JsonOption = False,
@@ -135,15 +135,15 @@ def parallel(
     try:
         layouts = [_layout(text) for text in ranks.split(",")]
     except ValueError:
-        fail(UsageError(f"--ranks: comma-separated layouts, U or UxC with U of 1 or more, C of 1 or 2 and at least 2 "
-                        f"ranks each, got {ranks!r}"))
+        fail(UsageError(f"--ranks: comma-separated layouts, U, UxC or UxCxR with U and R of 1 or more, C of 1 or 2 "
+                        f"and at least 2 ranks each, got {ranks!r}"))
     try:
         chosen = chosen_preset(preset, steps)
         info = bench_model(chosen, settings.engine.cache_dir)
         heads = json.loads((info.path / "transformer" / "config.json").read_text())["num_attention_heads"]
         each = tokens(rules_of(info), chosen.width, chosen.height, chosen.frames)
-        for (u, c), text in zip(layouts, ranks.split(","), strict=True):
-            why = problem(Layout(u, c), heads, each)
+        for (u, c, r), text in zip(layouts, ranks.split(","), strict=True):
+            why = problem(Layout(u, c, r), heads, each)
             if why is not None:
                 raise UsageError(f"--ranks {text}: {why} ({info.name} at {chosen.width}x{chosen.height}, "
                                  f"{chosen.frames} frames)")
@@ -157,20 +157,22 @@ def parallel(
         return
     table = Table(title=f"bench parallel: {r.model} {r.shape}, {r.videos} videos a side, one at a time"
                         + ("" if r.batched_guidance else "; guidance's two passes as two calls on every side"))
-    for column in ("ulysses x cfg", "threads a rank", "s a video", "speedup", "efficiency", "peak RSS MB a rank",
+    for column in ("ulysses x cfg x ring", "threads a rank", "s a video", "speedup", "efficiency", "peak RSS MB a rank",
                    "one rank's bytes"):
         table.add_column(column)
     for s in data["sides"]:
-        table.add_row(f"{s['ulysses']} x {s['cfg']}", str(s["threads"]), f"{s['seconds_per_video']:.2f}",
+        table.add_row(f"{s['ulysses']} x {s['cfg']} x {s['ring']}", str(s["threads"]), f"{s['seconds_per_video']:.2f}",
                       f"{s['speedup']:.2f}x",
                       f"{s['efficiency']:.2f}", ", ".join(f"{m:.0f}" for m in s["peak_rss_mb"]),
-                      "yes" if s["identical"] else "NO")
+                      "yes" if s["identical"] else "no (Ring: not bit-exact)" if s["ring"] > 1 else "NO")
     out.print(table)
 
 
-def _layout(text: str) -> tuple[int, int]:
-    u, _, c = text.strip().partition("x")
-    layout = (int(u), int(c or 1))
-    if layout[0] < 1 or layout[1] not in (1, 2) or layout[0] * layout[1] < 2:
+def _layout(text: str) -> tuple[int, int, int]:
+    parts = text.strip().split("x")
+    if not 1 <= len(parts) <= 3:
         raise ValueError(text)
-    return layout
+    u, c, r = (int(p) for p in parts + ["1"] * (3 - len(parts)))
+    if u < 1 or r < 1 or c not in (1, 2) or u * c * r < 2:
+        raise ValueError(text)
+    return u, c, r

@@ -23,14 +23,16 @@ def bench(tmp_path, *args):
 
 
 def test_two_ranks_either_way_render_the_bytes_of_one(tmp_path):
-    proc = bench(tmp_path, "--preset", "small", "--steps", "2", "--videos", "1", "--ranks", "2,1x2", "--json")
+    proc = bench(tmp_path, "--preset", "small", "--steps", "2", "--videos", "1", "--ranks", "2,1x2,1x1x2", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout)
     assert found["batched_guidance"] is False  # a CFG-parallel side: every side runs the passes as two calls
     cores = os.cpu_count() or 1
     one, half = cores, max(1, cores // 2)
-    assert [(s["ulysses"], s["cfg"], s["threads"], len(s["peak_rss_mb"]), s["identical"]) for s in found["sides"]] == [
-        (1, 1, one, 1, True), (2, 1, half, 2, True), (1, 2, half, 2, True)]
+    sides = [(s["ulysses"], s["cfg"], s["ring"], s["threads"], len(s["peak_rss_mb"])) for s in found["sides"]]
+    assert sides == [(1, 1, 1, one, 1), (2, 1, 1, half, 2), (1, 2, 1, half, 2), (1, 1, 2, half, 2)]
+    # Ulysses and CFG parallel are exact; Ring (gated) is not promised to be.
+    assert [s["identical"] for s in found["sides"][:3]] == [True, True, True]
     # Judged against one rank at each side's threads: rendered apart where those differ from the one-rank side's.
     assert sorted(found["references"]) == sorted({str(one), str(half)})
     sides = found["sides"]
@@ -46,5 +48,5 @@ def test_a_rank_count_that_does_not_divide_the_heads_is_refused(tmp_path):
     proc = bench(tmp_path, "--ranks", "1")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
-        "--ranks: comma-separated layouts, U or UxC with U of 1 or more, C of 1 or 2 and at least 2 ranks each, "
-        "got '1'")
+        "--ranks: comma-separated layouts, U, UxC or UxCxR with U and R of 1 or more, C of 1 or 2 and at least 2 ranks "
+        "each, got '1'")
