@@ -26,6 +26,7 @@ from celery.signals import (
 
 from engine.engine import Engine
 from jobs.cost.meter import Meter
+from jobs.cost.prices import Rate
 from jobs.db.connect import session_factory
 from jobs.db.queries import UNGATED_MARK
 from jobs.observe import logs
@@ -135,7 +136,17 @@ def meter() -> Meter:
     and records the models it serves, and those it lacks a gate for marked UNGATED_MARK (`reelbatch status` names
     pending work that no live session serves, and why)."""
     models = served() + tuple(UNGATED_MARK + m for m in gated()[1])
-    return Meter(settings().prices.gpu, session_factory(settings().database_url), worker_id(), models=models)
+    return Meter(group_rate(settings()), session_factory(settings().database_url), worker_id(), models=models)
+
+
+def group_rate(config: Settings) -> Rate:
+    """A worker's rate: REELBATCH_GPU_HOUR_USD for each GPU it holds (a worker of several ranks on GPUs holds one a
+    rank, so its videos cost that many GPU-hours an hour; ranks on a CPU share its cores, so the rate stays one)."""
+    rate, engine_config = config.prices.gpu, config.engine
+    ranks = engine_config.ulysses * engine_config.cfg_parallel * engine_config.ring
+    if ranks == 1 or engine_config.torch_device().type != "cuda":
+        return rate
+    return Rate(rate.usd_per_hour * ranks, f"{rate.source}; x {ranks} GPUs (one worker of {ranks} ranks)")
 
 
 _sweeper_pid: int | None = None

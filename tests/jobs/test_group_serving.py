@@ -43,3 +43,18 @@ def test_the_layout_settings_are_read_and_refused_by_name():
         with pytest.raises(UsageError) as caught:
             Settings.from_env(env)
         assert str(caught.value) == f"environment variable {said}"
+
+
+def test_a_worker_of_ranks_on_gpus_pays_for_each_gpu(monkeypatch):
+    import torch
+
+    from jobs.work.process import group_rate
+
+    env = {"REELBATCH_GPU_HOUR_USD": "5.41", "REELBATCH_ULYSSES": "4", "REELBATCH_CFG_PARALLEL": "2"}
+    on_cpu = Settings.from_env({**env, "REELBATCH_DEVICE": "cpu"})
+    assert group_rate(on_cpu).usd_per_hour == 5.41  # its ranks share the CPU's cores
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a machine with GPUs, as `auto` sees it
+    rate = group_rate(Settings.from_env(env))
+    assert rate.usd_per_hour == 43.28  # 8 GPUs x 5.41
+    assert rate.source.endswith("; x 8 GPUs (one worker of 8 ranks)")
+    assert group_rate(Settings.from_env({"REELBATCH_GPU_HOUR_USD": "5.41"})).usd_per_hour == 5.41
