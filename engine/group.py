@@ -16,6 +16,7 @@ batch comes back when its lease ends, as a killed worker's does. A follower whos
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -92,6 +93,8 @@ class Group:
             raise RenderError(f"the {ranks} ranks did not join: {exc}") from exc
         self.control = dist.new_group(backend="gloo")  # the step-by-step word, on CPU tensors whatever the devices
         self.lost: str | None = None
+        self.closing = False
+        atexit.register(self.close)  # before multiprocessing's own exit handler ends the followers (LIFO)
         threading.Thread(target=self._watch, name="reelbatch-group-watchdog", daemon=True).start()
         log.info("group of %d ranks ready (ulysses %d x ring %d x cfg %d, %s)", ranks, layout.ulysses, layout.ring,
                  layout.cfg, backend)
@@ -121,7 +124,10 @@ class Group:
         os._exit(GROUP_LOST)
 
     def close(self) -> None:
-        """Tell the followers to quit and wait for them (a worker's normal exit)."""
+        """Tell the followers to quit and wait for them (a worker's normal exit, or this process's)."""
+        if self.closing:
+            return
+        self.closing = True
         for q in self.queues:
             q.put(QUIT)
         for p in self.procs:
@@ -131,7 +137,7 @@ class Group:
     def _watch(self) -> None:
         while True:
             time.sleep(0.2)
-            if any(p.exitcode not in (None, 0) for p in self.procs):
+            if not self.closing and any(p.exitcode not in (None, 0) for p in self.procs):
                 self.check()
 
     def _kill(self) -> None:
@@ -153,8 +159,10 @@ class GroupEngine(Engine):
     def _render_once(self, batch: RenderBatch, should_stop):
         self.pipeline(batch.shape.model)  # loaded first: a load is a command of its own (its mesh, a collective)
         self.group.send(Render(batch))
+        stepped: list[int] = []
 
         def synced() -> str | None:
+            stepped.append(1)
             reason = should_stop() if should_stop is not None else None
             self.group.step(reason is not None)
             return reason
@@ -162,13 +170,21 @@ class GroupEngine(Engine):
         try:
             return super()._render_once(batch, synced)
         except BaseException as exc:
-            # A collective fails at once when a peer dies, or after the group's timeout when one hangs: the group is
-            # then out of step for good, and the error is not the batch's.
+            # A collective fails at once when a peer dies, or after the group's timeout when one hangs; an error
+            # of this rank's own mid-loop (out of memory) leaves the others waiting in the step it left. Either way
+            # the group is out of step for good, and the error is not the batch's. What every rank meets alike is
+            # not: a stop at a step (said to all), a refusal of the inputs before the first step.
             time.sleep(0.5)
             self.group.check()
-            if _collective_error(exc):
+            alike = isinstance(exc, (RenderInterrupted, RenderError)) or (not stepped and _refusal(exc))
+            if _collective_error(exc) or not alike:
                 self.group.lose(f"{type(exc).__name__}: {str(exc)[:300]}")
             raise
+
+
+def _refusal(exc: BaseException) -> bool:
+    """What Engine.render takes for the inputs' refusal before the first step (UnrenderableInput)."""
+    return isinstance(exc, (ValueError, RuntimeError)) and not device_error(exc)
 
 
 def _collective_error(exc: BaseException) -> bool:

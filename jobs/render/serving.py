@@ -54,7 +54,7 @@ def serving(settings: Settings, engine: Engine, factory: Factory | None = None) 
     limits = {m: registry.get(m).max_batch for m in models if registry.get(m).max_batch}
     kept = envelopes.for_worker(settings, factory) if factory is not None else {}
     fits = {m: (kept[m], rules_of(registry.get(m))) for m in models if m in kept}
-    split = engine.config.ulysses * engine.config.ring
+    split = settings.engine.ulysses * settings.engine.ring
     rules = {m: rules_of(registry.get(m)) for m in models} if split > 1 else {}
     return Serving(models, limits, engine.loaded(), engine.last_shape, settings.worker.affinity_s, engine.warm_shapes,
                    fits, split, rules)

@@ -16,6 +16,17 @@ from jobs.usecases.database import missing_file, read_factory
 SHOWN = 20
 
 
+def refuse(manifest: Path | str, issues: list[ManifestIssue], rest: str) -> None:
+    """Raise ManifestError with the first SHOWN `issues` and a line counting the others ("and 3 more videos
+    `rest`"); nothing when there are none."""
+    if not issues:
+        return
+    shown, more = issues[:SHOWN], len(issues) - SHOWN
+    if more > 0:
+        shown.append(ManifestIssue(str(manifest), 0, "(file)", f"and {more} more videos {rest}"))
+    raise ManifestError(shown)
+
+
 def recorded(settings: Settings, model: str | None = None) -> list[Envelope]:
     """The envelopes kept in the settings' database ([] when it does not exist yet)."""
     if missing_file(settings.database_url) is not None:
@@ -42,12 +53,7 @@ def check(settings: Settings, manifest: Path | str, spec: RunSpec) -> None:
         if verdicts[size] is not None:
             issues.append(ManifestIssue(str(manifest), v.line, f"videos[{n}].resolution",
                                         _message(spec.model, found, size, verdicts[size])))
-    if issues:
-        more = len(issues) - SHOWN
-        shown = issues[:SHOWN]
-        if more > 0:
-            shown.append(ManifestIssue(str(manifest), 0, "(file)", f"and {more} more videos that fit no device"))
-        raise ManifestError(shown)
+    refuse(manifest, issues, "that fit no device")
 
 
 def _message(model: str, found: list[Envelope], size: tuple[int, int, int], each: int) -> str:

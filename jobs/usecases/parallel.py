@@ -11,11 +11,9 @@ from engine.models.envelope import tokens
 from engine.models.shape_rules import heads_of, rules_of
 from engine.parallel import Layout, problem
 from jobs.errors import UsageError
-from jobs.manifest.specs import ManifestError, ManifestIssue, RunSpec
+from jobs.manifest.specs import ManifestIssue, RunSpec
 from jobs.settings import Settings
-
-# A manifest's refusal lists at most this many videos (the rest are counted).
-SHOWN = 20
+from jobs.usecases.envelopes import refuse
 
 
 def layout(settings: Settings) -> Layout:
@@ -81,9 +79,4 @@ def check(settings: Settings, manifest: Path | str, spec: RunSpec) -> None:
             issues.append(ManifestIssue(str(manifest), v.line, f"videos[{n}].resolution",
                                         f"{v.width}x{v.height}, {v.window or v.frames} frames a pass on "
                                         f"{spec.model}: {setting(settings)}: {why}"))
-    if issues:
-        more = len(issues) - SHOWN
-        shown = issues[:SHOWN]
-        if more > 0:
-            shown.append(ManifestIssue(str(manifest), 0, "(file)", f"and {more} more videos the layout cannot split"))
-        raise ManifestError(shown)
+    refuse(manifest, issues, "the layout cannot split")

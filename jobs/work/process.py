@@ -93,7 +93,8 @@ def engine() -> Engine:
     if config.ulysses * config.cfg_parallel * config.ring > 1:
         from engine.group import GroupEngine
 
-        return GroupEngine(config, settings().registry(), timeout_s=settings().limits.lease_s)
+        # The group's collective timeout: the lease, but time enough for the other ranks to start and join.
+        return GroupEngine(config, settings().registry(), timeout_s=max(settings().limits.lease_s, 120.0))
     return Engine(config, settings().registry())
 
 
