@@ -65,7 +65,7 @@ def worker(
         fail(UsageError("--pool solo renders in one process: use --pool prefork for --concurrency above 1"))
     # Here, not at the top: Celery and the render path (torch) only for the command that renders.
     from jobs.work import process
-    from jobs.work.app import check_worker_config, control_queue, create_app
+    from jobs.work.app import check_worker_config, control_queue, create_app, declare_queues
     from jobs.work.tickets import model_queue
 
     try:
@@ -93,9 +93,10 @@ def worker(
     app.set_default()  # threads of this process (the sweeper) send tickets through it
     # The plain queue, the control queue, and one queue per model served: a model's tickets wake only its servers.
     queue = settings.worker.queue
-    queues = ",".join([queue, control_queue(settings), *(model_queue(queue, m) for m in served)])
+    queues = [queue, control_queue(settings), *(model_queue(queue, m) for m in served)]
+    declare_queues(app, queues)
     try:
-        app.worker_main(["worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", loglevel,
+        app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-P", pool, "-l", loglevel,
                          "--without-gossip", "--without-mingle"])
     finally:
         # Celery has stopped: the batch is recorded, the session closed. The interpreter's last collection would

@@ -47,6 +47,34 @@ def control_queue(settings: Settings) -> str:
     return f"{settings.worker.queue}.control"
 
 
+def declare_queues(app: Celery, names: list[str]) -> None:
+    """Declare the queues a worker is about to consume, before its consumer starts. Kombu's SQLite transport makes a
+    queue's row on first use behind a lock of one process only, so two workers that start together (two `reelbatch
+    worker` on one machine, `run` beside a worker) both insert the row, and the loser's consumer dies on the unique
+    constraint. Here the loser finds the winner's row on its second look. Other brokers declare as they always do, in
+    the consumer."""
+    if not _on_sqlite_transport(app):
+        return
+    import sqlalchemy.exc
+    from kombu import Queue
+
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        for name in names:
+            for attempt in range(3):
+                try:
+                    Queue(name, channel=channel).declare()
+                    break
+                except sqlalchemy.exc.IntegrityError:
+                    channel.session.rollback()  # the other process's row is there now: look again
+                    if attempt == 2:
+                        raise
+
+
+def _on_sqlite_transport(app: Celery) -> bool:
+    return str(app.conf.broker_url).startswith("sqla+")
+
+
 def _redelivers(broker_url: str) -> bool:
     return broker_url.split("://", 1)[0] in ("redis", "rediss", "sqs")
 
