@@ -5,8 +5,11 @@ stopped worker drains and exits 0; every video is stored once, on its first atte
 its object); Prometheus holds
 the desired-workers gauge the workers' sweeper published.
 
-The run: six 2-step videos at priority 5, then one 60-step 128x128 video at priority 0, claimed last and long
-enough (several seconds on tiny) that one worker is idle while the other renders it."""
+The run: six 2-step videos at priority 5, then one 60-step 192x192 video of 33 frames at priority 0, claimed last
+and long enough that one worker is idle while the other renders it: a 60-step 128x128 video of 9 frames rendered in
+2.4 s on a loaded 2-core machine, shorter than one look of the autoscaler (a `reelbatch scale` process and a
+Prometheus query), and the drill waited out its 900 s for a moment that had passed; this one takes about ten times
+as long."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from tests.services import free_port
 
 SHORT = ("name: short\nmodel: tiny\npriority: 5\ndefaults: {steps: 2, resolution: 64x64, duration_s: 1}\nvideos:\n"
          + "".join(f"  - {{id: s{i}, prompt: a red circle moving right, seed: {i}}}\n" for i in range(6)))
-TAIL = ("name: tail\nmodel: tiny\npriority: 0\ndefaults: {steps: 60, resolution: 128x128, duration_s: 1}\nvideos:\n"
+TAIL = ("name: tail\nmodel: tiny\npriority: 0\ndefaults: {steps: 60, resolution: 192x192, duration_s: 4}\nvideos:\n"
         "  - {id: t0, prompt: a blue square moving left, seed: 9}\n")
 
 
@@ -82,7 +85,10 @@ def test_a_scale_down_stops_only_an_idle_worker_and_loses_nothing(tmp_path, mode
             by_pid = {w.pid: (w, f"127.0.0.1:{p}") for w, p in zip(started, ports, strict=True)}
             stopped = None
             deadline = time.monotonic() + 900
+            done = tmp_path / "outputs"
             while stopped is None and time.monotonic() < deadline:
+                if all((done / r / "results.jsonl").exists() for r in ("short", "tail")):
+                    break  # every video stored: the moment can no longer come
                 shown = json.loads(cli("scale", "--json").stdout)
                 busy = query(url, "reelbatch_worker_busy")
                 live = {int(w["owner"].rsplit(":", 1)[1]): w for w in shown["workers"]}
@@ -99,7 +105,6 @@ def test_a_scale_down_stops_only_an_idle_worker_and_loses_nothing(tmp_path, mode
                 workers.tails()
             assert stopped.proc.wait(timeout=120) == 0, stopped.tail()
             assert kept.alive(), kept.tail()
-            done = tmp_path / "outputs"
             wait_for("every video", lambda: all((done / r / "results.jsonl").exists() for r in ("short", "tail")),
                      timeout=900, interval=1, diagnose=workers.tails)
             desired = wait_for("the desired-workers series",
