@@ -17,7 +17,8 @@ SAMPLE_SIZE = 80
 SEED_BASE = 7000
 # Held-out seeds: [2^32, 2^40). Training draws from [10^6, 2^31) (toyworld.world.dataset via the train and distill
 # configs), the quality set is 7000-7079, the long-video and validation sets 9000-9239, the judge's hand-labelled clips
-# 3,000,000,000-3,000,000,079 (tests/fixtures/judge_labels.json): none reaches 2^32.
+# 3,000,000,000-3,000,000,079 (tests/fixtures/judge_labels.json), the search for long videos' seam jumps
+# 3,200,000,000-3,200,002,047 (docs/LONG_VIDEOS.md): none reaches 2^32.
 HELD_OUT_SEEDS = (2**32, 2**40)
 # A toy-world gate's sample by default. A distilled gate allows each attribute 2 points under the teacher's, on the
 # same prompts and seeds, so the sampling noise of the paired difference must be well under 2 points: its standard
