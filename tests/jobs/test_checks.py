@@ -156,6 +156,27 @@ def test_normal_toy_and_toy_fast_renders_are_not_flagged(tmp_path, model_cache, 
         assert all(json.loads(v.checks)["passed"] for v in videos)
 
 
+def test_a_long_video_whose_seam_jumps_past_its_limit_is_flagged_not_retried(tmp_path, model_cache, monkeypatch):
+    """seam_jump through the real render path: a long toy video (2 s, 17 frames: 3 chunks, seams at frames 9 and 15)
+    held to `max_seam_jump: 0`, so any seam that moves at all is over it. Under on_fail: retry it is stored and
+    flagged, not rendered again (its chunks would all be), and seam_jump is the check that failed. Normal long toy
+    videos read 0.77-2.30 (docs/LONG_VIDEOS.md, held out): under the default 3, as test_long's four are."""
+    models = tmp_path / "models.yaml"
+    models.write_text(STRICT.replace("{min_motion: 1000}", "{max_seam_jump: 0}"))
+    world = make_world(tmp_path, f"sqlite:///{tmp_path / 's.db'}", model_cache, load_registry(models), monkeypatch)
+    world.submit("seams", [{"id": "long", "prompt": "a yellow circle moving right on a black background",
+                            "seed": 500, "duration_s": 2, "steps": 20}],
+                 model="toy-strict", checks={"on_fail": "retry"})
+    assert world.render_all() == 3, "one batch a chunk"
+    (v,), _ = rows(world, "seams")
+    assert Status(v.status) is Status.SUCCEEDED and (v.chunks, v.frames) == (3, 17)
+    assert v.flagged and v.seed == 500, "flagged, not retried with the next seed"
+    checks = json.loads(v.checks)
+    assert [name for name, c in checks.items() if isinstance(c, dict) and not c["passed"]] == ["seam_jump"]
+    assert checks["seam_jump"]["limit"] == 0.0 and checks["seam_jump"]["value"] > 0
+    assert "earlier" not in checks
+
+
 def test_on_fail_is_validated_like_every_manifest_field(tmp_path, registry):
     path = tmp_path / "m.yaml"
     path.write_text("name: m\nchecks:\n  on_fail: skip\n  when: always\nvideos:\n  - {id: a, prompt: p}\n")
