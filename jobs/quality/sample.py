@@ -19,6 +19,7 @@ SEED_BASE = 7000
 # configs), the quality set is 7000-7079, the long-video and validation sets 9000-9239, the judge's hand-labelled clips
 # 3,000,000,000-3,000,000,079 (tests/fixtures/judge_labels.json), the search for long videos' seam jumps
 # 3,200,000,000-3,200,002,047 (docs/LONG_VIDEOS.md): none reaches 2^32.
+# The unseen pictures' two sets (jobs.quality.images.UNSEEN_SEEDS) start at 2^40, above every draw.
 HELD_OUT_SEEDS = (2**32, 2**40)
 # A toy-world gate's sample by default. A distilled gate allows each attribute 2 points under the teacher's, on the
 # same prompts and seeds, so the sampling noise of the paired difference must be well under 2 points: its standard
