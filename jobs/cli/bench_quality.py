@@ -45,6 +45,9 @@ def quality(
                           "gate's sample (default: a held-out draw on toy-world models, else the shipped prompts at "
                           "the model's defaults).")] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, max=64, help="Videos per batch.")] = 8,
+    draws: Annotated[int, typer.Option("--draws", min=1, max=100, help="A distilled toy-world model: measure its "
+                                       "gate on this many fresh held-out draws and say how often it passed (the "
+                                       "last draw's gate is recorded).")] = 1,
     json_: JsonOption = False,
 ) -> None:
     """Render the gate's sample in exact mode and with each lossy setting or precision, judge both, and record which
@@ -52,11 +55,12 @@ def quality(
     workers use only those, and only from 32 videos up. With --model of a distilled registration: render it and its
     teacher on the same sample, judge both and record its distilled gate (flicker, motion, blank frames, frozen
     videos; adherence on the toy world, a CLIP score where registered)."""
-    bench_quality(model, setting, count, batch, json_, prompts, precision or [], entropy)
+    bench_quality(model, setting, count, batch, json_, prompts, precision or [], entropy, draws)
 
 
 def bench_quality(model: str, setting: list[str] | None, count: int, batch: int, json_: bool,
-                  prompts: Path | None = None, precision: list[str] = (), entropy: int | None = None) -> None:
+                  prompts: Path | None = None, precision: list[str] = (), entropy: int | None = None,
+                  draws: int = 1) -> None:
     try:
         settings = Settings.from_env()
         registry = settings.registry()
@@ -65,16 +69,19 @@ def bench_quality(model: str, setting: list[str] | None, count: int, batch: int,
     distilled = model in registry and registry.get(model).teacher is not None
     if distilled and (setting or precision):
         fail(UsageError(f"--setting: {model!r} is distilled; its gate is against its teacher, not a lossy setting"))
+    if draws > 1 and not distilled:
+        fail(UsageError(f"--draws {draws}: {model!r} is not a distilled registration (--draws measures how often a "
+                        f"distilled model's gate passes)"))
     with Progress(progress_text(), TimeElapsedColumn(), console=err, transient=True,
                   disable=json_) as bar:
         task = bar.add_task("bench quality")
         describe = lambda name: bar.update(task, description=f"rendering {name}")  # noqa: E731
         try:
             if distilled:
-                from jobs.quality.distilled import judge_registration  # here, not at the top: torch only when rendering
+                from jobs.quality.distilled import judge_draws  # here, not at the top: torch only when rendering
 
-                judged = judge_registration(settings, model, count=count, batch=batch, prompts=prompts,
-                                            on_model=describe, entropy=entropy)
+                judged = judge_draws(settings, model, draws=draws, count=count, batch=batch, prompts=prompts,
+                                     on_model=describe, entropy=entropy)
             else:
                 from jobs.bench.quality import run_quality_bench  # here, not at the top: torch only when rendering
 
@@ -86,10 +93,18 @@ def bench_quality(model: str, setting: list[str] | None, count: int, batch: int,
         except ReelbatchError as exc:
             fail(exc)
     if distilled:
-        if json_:
-            out.print_json(json.dumps(judged.to_dict()))
+        if len(judged) > 1:
+            from jobs.quality.distilled import draws_summary
+
+            summary = draws_summary([j.gate for j in judged])
+            if json_:
+                out.print_json(json.dumps({"draws": [j.to_dict() for j in judged], **summary}))
+            else:
+                print_draws(summary)
+        elif json_:
+            out.print_json(json.dumps(judged[0].to_dict()))
         else:
-            print_distilled(judged)
+            print_distilled(judged[0])
         return
     if json_:
         out.print_json(json.dumps(result.to_dict()))
@@ -121,6 +136,23 @@ def print_distilled(r: DistilledJudgement) -> None:
     out.print(f"PSNR against the teacher's renders, for information (another model draws other pixels): mean "
               f"{g.psnr_db_mean:.1f} dB, worst video {g.psnr_db_min:.1f} dB", highlight=False)
     out.print(f"distilled gate {_verdict(g)} (recorded)", highlight=False)
+
+
+def print_draws(summary: dict) -> None:
+    out.print(Text.assemble(("bench quality", "bold"), f" {summary['model']} against its teacher "
+                            f"{summary['teacher']}: {summary['draws_made']} fresh draws of {summary['count']} videos; "
+                            f"the gate passed on {summary['passed_draws']} of {summary['draws_made']}"),
+              highlight=False)
+    table = Table("attribute", summary["teacher"], summary["model"], "gap mean", "gap sd", "gap min", "gap max",
+                  box=None)
+    for name, a in summary["attributes"].items():
+        table.add_row(name, f"{a['teacher']:.1f}", f"{a['student']:.1f}", f"{a['gap_mean']:+.2f}",
+                      f"{a['gap_sd']:.2f}", f"{a['gap_min']:+.2f}", f"{a['gap_max']:+.2f}")
+    out.print(table)
+    for n, failures in enumerate(summary["failures"], 1):
+        if failures:
+            out.print(f"draw {n} failed: {'; '.join(failures)}", highlight=False)
+    out.print("the last draw's gate is recorded", highlight=False)
 
 
 def _verdict(g) -> str:

@@ -8,6 +8,7 @@ the encoder.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -59,15 +60,41 @@ def judge_registration(settings: Settings, model: str, *, count: int, batch: int
     render the gate's sample (jobs.quality.gate_sample) on the same prompts, seeds, sizes and frames, each at its
     own steps and guidance, with the lossy accelerators off and after a warm-up batch; adherence is judged after MP4
     on the toy world, a CLIP score is taken where the registration names a CLIP folder, and its gate is recorded."""
+    return judge_draws(settings, model, draws=1, count=count, batch=batch, prompts=prompts, on_model=on_model,
+                       entropy=entropy)[0]
+
+
+def judge_draws(settings: Settings, model: str, *, draws: int, count: int, batch: int, prompts: Path | None = None,
+                on_model: Callable[[str], None] | None = None, entropy: int | None = None
+                ) -> list[DistilledJudgement]:
+    """The distilled gate measured on `draws` samples, each a fresh held-out draw on the toy world (what another
+    user's `bench quality` would draw), in one engine: how often a new user's gate passes, not one draw's verdict.
+    Each draw's gate is recorded as it is judged, so the record is the last draw's. More than one draw needs a
+    toy-world model and no --prompts or --entropy (they name one sample)."""
     registry = settings.registry()
     # A usage error for an unregistered name.
     sample = gate_sample(registry, model, prompts=prompts, count=count, entropy=entropy)
     info = registry.get(model)
     if info.teacher is None:
         raise UsageError(f"--model: {model!r} names no teacher, so it has no distilled gate")
-    if on_model:
-        on_model(f"{model} and its teacher {info.teacher}")
+    if draws > 1 and (prompts is not None or entropy is not None or not sample.judged):
+        what = ("--prompts names one sample" if prompts is not None else "--entropy names one draw"
+                if entropy is not None else f"{model!r} is not a toy-world model, so it has no fresh draws")
+        raise UsageError(f"--draws {draws}: {what}")
     engine = Engine(settings.engine_config().exact(), registry, measuring=[model])
+    judged = []
+    for n in range(draws):
+        if n:
+            sample = gate_sample(registry, model, prompts=None, count=count)  # a fresh entropy
+        if on_model:
+            on_model(f"{model} and its teacher {info.teacher}" + (f", draw {n + 1} of {draws}" if draws > 1 else ""))
+        judged.append(_judge(settings, engine, model, sample, batch))
+    return judged
+
+
+def _judge(settings: Settings, engine: Engine, model: str, sample: GateSample, batch: int) -> DistilledJudgement:
+    registry = engine.registry
+    info = registry.get(model)
     teacher_sample = sample.for_model(registry.get(info.teacher))
 
     def timed(which: GateSample) -> tuple[float, list[np.ndarray]]:
@@ -90,6 +117,23 @@ def judge_registration(settings: Settings, model: str, *, count: int, batch: int
                                 clip=clip, teacher_clip=teacher_clip, sample=sample.label)
     gates.record(settings.engine.cache_dir, gate)
     return DistilledJudgement(gate, student_s, teacher_s)
+
+
+def draws_summary(gates: list) -> dict:
+    """Several draws' gates of one distilled model: per attribute the teacher's and the student's mean, and the
+    student's gap to the teacher (points) as mean, sample standard deviation, smallest and largest; how many passed."""
+    per = {}
+    for name in ("colour", "shape", "direction", "background", "all_four", "clean_background"):
+        if not all(name in g.adherence and name in g.exact_adherence for g in gates):
+            continue
+        gaps = [100 * (g.adherence[name] - g.exact_adherence[name]) for g in gates]
+        per[name] = {"teacher": statistics.fmean(100 * g.exact_adherence[name] for g in gates),
+                     "student": statistics.fmean(100 * g.adherence[name] for g in gates),
+                     "gap_mean": statistics.fmean(gaps), "gap_sd": statistics.stdev(gaps),
+                     "gap_min": min(gaps), "gap_max": max(gaps)}
+    return {"model": gates[0].model, "teacher": gates[0].teacher, "count": gates[0].count, "draws_made": len(gates),
+            "passed_draws": sum(g.passed for g in gates), "attributes": per,
+            "failures": [g.failures for g in gates], "samples": [g.sample for g in gates]}
 
 
 def evaluate_distilled(settings: Settings, folder: Path, *, quick: bool = False) -> FastResults:
