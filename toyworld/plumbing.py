@@ -21,9 +21,9 @@ import torch
 log = logging.getLogger(__name__)
 
 STAGES = ("vae", "decoder", "latents", "transformer", "continuation")
-# Stages run by other commands on these weights (toyworld.train_first_frame: `toy-i2v`), numbered after STAGES so
-# their random draws never repeat a stage's.
-LATER_STAGES = ("first_frame",)
+# Stages run by other commands on these weights (toyworld.train_first_frame and train_first_frame_vae: `toy-i2v`),
+# numbered after STAGES so their random draws never repeat a stage's.
+LATER_STAGES = ("first_frame", "first_frame_vae")
 
 
 @dataclass
@@ -47,6 +47,13 @@ def encode_clips(pipe, pairs, progress: Callable[[int], None] | None = None) -> 
             if progress:
                 progress(len(prompts))
     return torch.cat(latents), prompts
+
+
+def record_replaced(out: Path) -> None:
+    """`out`/base.json for a folder loaded over `toy`'s (ModelInfo.base): the base and the components it holds over
+    it (its folders with a diffusers config), so a rerun of one stage never forgets another's component."""
+    replaced = sorted(p.name for p in out.iterdir() if (p / "config.json").is_file())
+    (out / "base.json").write_text(json.dumps({"base": "toy", "replaced": replaced}, indent=2) + "\n")
 
 
 def to_model_space(clips: np.ndarray) -> torch.Tensor:

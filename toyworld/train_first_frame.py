@@ -20,7 +20,6 @@ Every draw comes from (seed, stage, step) as in toyworld.train, and the stage ch
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 
 from toyworld.model import FRAMES, HEIGHT, TEMPORAL, TOY_SEED, WIDTH
-from toyworld.plumbing import Logger, Progress, check_config, encode_clips
+from toyworld.plumbing import Logger, Progress, check_config, encode_clips, record_replaced
 from toyworld.train_transformer import _flow_matching, _prompt_ids, _texts, prompt_table
 from toyworld.world import dataset
 
@@ -81,7 +80,7 @@ def train_first_frame(config: FirstFrameConfig, base: Path, work: Path, out: Pat
         (work / f"{STAGE}.last.pt").unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     pipe.transformer.save_pretrained(out / "transformer", safe_serialization=True)
-    (out / "base.json").write_text(json.dumps({"base": "toy", "replaced": ["transformer"]}, indent=2) + "\n")
+    record_replaced(out)
     return Progress(seconds={STAGE: state["seconds"]}, losses={STAGE: state["loss"]})
 
 

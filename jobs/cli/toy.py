@@ -1,6 +1,6 @@
-"""`reelbatch toy train`, `toy distill`, `toy tune-decoder` and `toy sheet`: the toy model's training run, its
-few-step student, its student's decoder tuned toward the teacher's colours (jobs.cli.toy_tune), and a picture of its
-output.
+"""`reelbatch toy train`, `toy distill`, `toy tune-decoder`, `toy first-frame`, `toy first-frame-vae` and `toy sheet`:
+the toy model's training run, its few-step student, its student's decoder tuned toward the teacher's colours
+(jobs.cli.toy_tune), toy-i2v's transformer and its VAE (jobs.cli.toy_vae), and a picture of its output.
 
 jobs.cli.app registers them with `app.add_typer(toy_app, name="toy")`.
 """
@@ -234,3 +234,7 @@ def sheet(
 from jobs.cli.toy_tune import tune_decoder  # noqa: E402 (registered here, written apart: toy.py's size)
 
 toy_app.command("tune-decoder")(tune_decoder)
+
+from jobs.cli.toy_vae import first_frame_vae  # noqa: E402 (registered here, written apart: toy.py's size)
+
+toy_app.command("first-frame-vae")(first_frame_vae)

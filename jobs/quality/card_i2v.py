@@ -10,6 +10,7 @@ from pathlib import Path
 
 from engine.engine import Engine
 from engine.models.registry import TOY, TOY_I2V, TOY_WEIGHTS, Registry
+from jobs.quality.card_vae import section_of
 from jobs.quality.evaluate import QualityReport, evaluate, native_shape
 from jobs.quality.images import IMAGE_SAMPLE_SIZE, ImageQualityReport, evaluate_images, image_set
 from jobs.quality.sample import SAMPLE_SIZE, sample_set
@@ -52,14 +53,21 @@ def write_i2v_card(path: Path, *, config, progress, results: I2VResults, machine
     minutes = sum(progress.seconds.values()) / 60
     loss = next(iter(progress.losses.values()))
     a, b, s = after.first_frame, before.first_frame, after.shape
+    if (path.parent / "vae" / "config.json").is_file():
+        here = ("The transformer and the VAE (`toy`'s with its encoder fine-tuned: \"The first frame's VAE\", "
+                "below) are\nhere; the text encoder, tokenizer and scheduler are `toy`'s, loaded from its folder "
+                "(`base`).")
+    else:
+        here = ("Only the transformer is\nhere; the VAE, text encoder, tokenizer and scheduler are `toy`'s, loaded "
+                "from its folder (`base`).")
+    kept = section_of(path.read_text(encoding="utf-8")) if path.is_file() else ""
     body = f"""# Model card: `toy-i2v`
 
 `toy` (its card: `engine/models/toy/README.md`) with its transformer fine-tuned to start a video from a given
 picture: a picture of the toy world (one circle or square of a palette colour on black or gray) and a prompt of
 the toy grammar whose colour, shape and background are the picture's. The picture, VAE-encoded, is the video's first
 latent frame, held clean with timestep 0 on its tokens (`image_condition: first_frame`, as Wan 2.2 TI2V
-conditions); the object keeps its colour and shape and moves in the prompt's direction. Only the transformer is
-here; the VAE, text encoder, tokenizer and scheduler are `toy`'s, loaded from its folder (`base`).
+conditions); the object keeps its colour and shape and moves in the prompt's direction. {here}
 
 Written by `reelbatch toy first-frame` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d}. Reproduce with:
 
@@ -109,4 +117,5 @@ The {text.count} prompt/seed pairs of `reelbatch quality`, no picture:
 - A prompt whose colour or shape differs from the picture's: the picture wins in the first frames; untested after.
 - Trained at 32x32 and 9 frames; longer videos are made in chunks, the picture starting the first.
 """
-    path.write_text(body, encoding="utf-8")
+    # `reelbatch toy first-frame-vae`'s section, when it has written one, stays.
+    path.write_text(body + ("\n" + kept if kept else ""), encoding="utf-8")
