@@ -54,12 +54,11 @@ def write_i2v_card(path: Path, *, config, progress, results: I2VResults, machine
     loss = next(iter(progress.losses.values()))
     a, b, s = after.first_frame, before.first_frame, after.shape
     if (path.parent / "vae" / "config.json").is_file():
-        here = ("The transformer and the VAE (`toy`'s with its encoder fine-tuned: \"The first frame's VAE\", "
-                "below) are\nhere; the text encoder, tokenizer and scheduler are `toy`'s, loaded from its folder "
-                "(`base`).")
+        here = ("The transformer and the VAE (`toy`'s with its encoder fine-tuned: \"The first frame's VAE\", below) "
+                "are here; the\ntext encoder, tokenizer and scheduler are `toy`'s, loaded from its folder (`base`).")
     else:
-        here = ("Only the transformer is\nhere; the VAE, text encoder, tokenizer and scheduler are `toy`'s, loaded "
-                "from its folder (`base`).")
+        here = ("Only the transformer is here; the VAE, text encoder, tokenizer and scheduler are `toy`'s, loaded from "
+                "its folder\n(`base`).")
     kept = section_of(path.read_text(encoding="utf-8")) if path.is_file() else ""
     body = f"""# Model card: `toy-i2v`
 
@@ -67,7 +66,8 @@ def write_i2v_card(path: Path, *, config, progress, results: I2VResults, machine
 picture: a picture of the toy world (one circle or square of a palette colour on black or gray) and a prompt of
 the toy grammar whose colour, shape and background are the picture's. The picture, VAE-encoded, is the video's first
 latent frame, held clean with timestep 0 on its tokens (`image_condition: first_frame`, as Wan 2.2 TI2V
-conditions); the object keeps its colour and shape and moves in the prompt's direction. {here}
+conditions); the object keeps its colour and shape and moves in the prompt's direction.
+{here}
 
 Written by `reelbatch toy first-frame` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d}. Reproduce with:
 
