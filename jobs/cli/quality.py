@@ -44,14 +44,14 @@ def quality(
     the VAE round trip, or colour, shape and direction are kept in under 90% of videos, or the background in 95%.
     With --images --unseen: exits 1 when frame 0 averages below 25 dB of the picture itself, or colour, direction
     or background are kept in under 95% of videos (or frame 0 falls below 25 dB of the VAE round trip)."""
-    # Here, not at the top: torch only for the command that renders.
-    from jobs.quality.evaluate import run_quality
-    from jobs.quality.images import run_image_quality
-
     if unseen and not images:
         fail(UsageError("--unseen: unseen pictures are for --images"))
     if validation and not unseen:
         fail(UsageError("--validation: the validation set is one of unseen pictures; add --unseen"))
+    # Here, not at the top: torch only for the command that renders.
+    from jobs.quality.evaluate import run_quality
+    from jobs.quality.images import run_image_quality
+
     model = model or ("toy-i2v" if images else "toy")
     options = {"unseen": ("validation" if validation else "held-out") if unseen else None} if images else {}
     run = run_image_quality if images else run_quality
