@@ -16,13 +16,16 @@ clean
    sample of the same prompt, the rest from new noise.
 3. student: a LoRA (peft) on the teacher's transformer, trained on both kinds of trajectory; its prefix latents are
    outside the loss. An exponential moving average of the LoRA weights is what is kept.
-4. decoder: the light decoder (engine.adapters.light_decoder) trained to return what the toy VAE's decoder returns, on
-the
-   teacher's final latents (what renders decode) and on 33-frame world clips (what a long video's stitch decodes).
+5. refine: the student refined from its own states, the loss on where a step lands.
+6. match: distribution matching (DMD2's gradient against the teacher's guided score, a fake score following the
+   student's samples) beside the landing loss on the teacher's trajectories.
+4. decoder (run last): the light decoder (engine.adapters.light_decoder) trained to return what the toy VAE's
+   decoder returns, on the teacher's final latents (what renders decode), the student's own (their target the
+   teacher's from the same noise) and 33-frame world clips (what a long video's stitch decodes).
 
 Every random draw comes from a generator seeded with (seed, stage, step or shard), so a killed run resumes and draws
 what an unbroken run would have. Stages 1 and 2 (the teacher) are in toyworld.distill_teacher, 3 and 5 (the
-student) in toyworld.distill_student, 4 in toyworld.distill_decoder, what they share and the export in
+student) in toyworld.distill_student, 6 in toyworld.distill_match, 4 in toyworld.distill_decoder, what they share and the export in
 toyworld.distill_train, and the config, the seeds and the sigmas in toyworld.distill_config.
 """
 
@@ -36,6 +39,7 @@ import torch
 
 from toyworld.distill_config import ORDER, DistillConfig
 from toyworld.distill_decoder import train_decoder
+from toyworld.distill_match import train_match
 from toyworld.distill_student import train_refine, train_student
 from toyworld.distill_teacher import generate_continuations, generate_free
 from toyworld.distill_train import export
@@ -67,7 +71,7 @@ def distill(config: DistillConfig, teacher_folder: Path, work: Path, out: Path,
     logger = Logger(work / "distill-log.jsonl", on_log)
     progress = Progress(seconds={}, losses={}, cpu_seconds={})
     funcs = {"teacher": generate_free, "continuations": generate_continuations, "student": train_student,
-             "decoder": train_decoder, "refine": train_refine}
+             "decoder": train_decoder, "refine": train_refine, "match": train_match}
     finished: dict[str, dict] = {}
     for stage in ORDER:
         done = work / f"{stage}.done.pt"

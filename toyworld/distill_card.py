@@ -32,6 +32,11 @@ def write_card(path: Path, *, config: DistillConfig, progress: Progress, results
         f"of {'the teacher' if config.decoder_student_target == 'teacher' else 'the student'}'s latents from the same "
         f"noise and prompt")
     context = "; each latent also reads a causal summary of the clip from latent 0 on" if config.decoder_context else ""
+    match = "" if not config.match_steps else (
+        f", and its samples matched as a whole to the teacher's for {config.match_steps} steps (distribution matching, "
+        f"after DMD2: the student renders from fresh noise, and each noised sample moves from where a fake score "
+        f"trained on the student's samples puts its clean version toward where the guided teacher puts it), beside "
+        f"the landing loss on the teacher's trajectories")
     text = f"""# Model card: `toy-fast`
 
 `toy` distilled into a 4-step, guidance-free student: a LoRA adapter on the `toy` transformer
@@ -53,7 +58,8 @@ Piecewise trajectory distillation (PeRFlow's piecewise reflow on the teacher's O
 the student's sigmas; the student learns, from the teacher's state at a window's start and with the prompt alone, the
 velocity that lands on the teacher's state at the window's end. {config.samples} free samples and
 {config.continuations} continuations of a clean {config.prefix_latents}-latent prefix (as a long video's next chunk),
-from seeds outside the quality set's. The light decoder learns the VAE decoder's output on the teacher's final
+from seeds outside the quality set's. It is then refined from its own states ({config.refine_steps} steps, the loss on
+where a step lands){match}. The light decoder learns the VAE decoder's output on the teacher's final
 latents and on 33-frame world clips{student_latents}{context}. docs/TOY_TRAINING.md
 records the variants tried.
 

@@ -13,8 +13,8 @@ from toyworld.model import SCHEDULER_SHIFT
 
 # Each stage's index here seeds its random draws ("refine" last so that adding it left the decoder's draws as they
 # were); they run in ORDER, the decoder last since it learns from the refined student's own latents too.
-STAGES = ("teacher", "continuations", "student", "decoder", "refine")
-ORDER = ("teacher", "continuations", "student", "refine", "decoder")
+STAGES = ("teacher", "continuations", "student", "decoder", "refine", "match")
+ORDER = ("teacher", "continuations", "student", "refine", "match", "decoder")
 # jobs.quality.SEED_BASE .. + SAMPLE_SIZE: never drawn here (that would be training on the quality set's noise).
 QUALITY_SEEDS = range(7000, 7080)
 
@@ -50,6 +50,17 @@ class DistillConfig:
     refine_lr: float = 3e-4
     rollout_fraction: float = 0.5
     landing_loss: bool = True
+    # Stage 6, match (toyworld.distill_match): distribution matching from the refined student, DMD2's gradient
+    # (the fake score's estimate against the teacher's guided one, on the student's own samples) weighted by
+    # `match_weight` beside the refine stage's landing loss on the teacher's trajectories. 0 steps: none.
+    match_steps: int = 400
+    match_batch: int = 16
+    match_regression_batch: int = 16
+    match_lr: float = 5e-5
+    match_fake_lr: float = 4e-4
+    match_fake_updates: int = 2  # fake-score batches a student step
+    match_weight: float = 1.0
+    match_ema: float = 0.99
     # Stage 4.
     decoder_channels: tuple[int, ...] = field(default=(32, 16, 8))
     decoder_blocks: int = 1
@@ -88,6 +99,11 @@ class DistillConfig:
     decoder_clean_clips: int = 0
     checkpoint_every: int = 100
     log_every: int = 25
+
+
+def final_stage(config: DistillConfig) -> str:
+    """The stage whose LoRA is the student toy-fast ships (and the decoder learns from): the last that trained."""
+    return "match" if config.match_steps else "refine" if config.refine_steps else "student"
 
 
 def student_sigmas(config: DistillConfig) -> torch.Tensor:

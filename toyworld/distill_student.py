@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from toyworld.distill_config import DistillConfig, rng_for
+from toyworld.distill_config import DistillConfig, final_stage, rng_for
 from toyworld.distill_train import checkpoint_params, resume_params
 from toyworld.plumbing import Logger, optimizer_step, warmup_cosine
 
@@ -51,7 +51,6 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
                 lr: float, rollout: float, landing: bool, start: dict | None) -> dict:
     from peft.utils import set_peft_model_state_dict
 
-    from engine.loop.conditioning import tied_tokens
     from toyworld.train_transformer import prompt_table
 
     _, embeds, _ = prompt_table(pipe)
@@ -72,17 +71,9 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     schedule = warmup_cosine(optimizer, steps, min(config.warmup, steps // 10))
     step, seconds, cpu = resume_params(work / f"{stage}.last.pt", params, average, optimizer, schedule)
-    patch = model.config.patch_size
     started, cpu_started, smoothed = time.monotonic(), time.process_time(), None
 
-    def velocity(x, k, text, prefix):
-        """The student's velocity at each sample's window k (B,), in one forward: a timestep per sample, or per
-        token with 0 on a continuation's clean prefix, as engine.loop.conditioning's clean tie gives it."""
-        t = sigmas[k] * 1000
-        if prefix.any():
-            clean = tied_tokens(prefix, x, patch)
-            return model(x, t[:, None].expand(clean.shape).masked_fill(clean, 0), text, return_dict=False)[0]
-        return model(x, t, text, return_dict=False)[0]
+    velocity = student_velocity(model, sigmas)
 
     while step < steps:
         rng = rng_for(config, stage, step)
@@ -94,13 +85,13 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
         own = torch.from_numpy(rng.random(len(pick)) < rollout) & (k > 0)
         if own.any():
             x[own] = _rollout(velocity, states[own, 0], k[own], text[own], prefix[own], sigmas)
-        v = velocity(x, k, text, prefix)
-        length = (sigmas[k + 1] - sigmas[k]).view(-1, 1, 1, 1, 1)
-        wanted = (target - x) / length
-        keep = _keep_mask(x, prefix)
         if landing:
-            keep = keep * length**2 / (length**2).mean()
-        loss = (((v - wanted) ** 2) * keep).sum() / _keep_mask(x, prefix).sum()
+            loss = landing_loss(velocity, x, target, k, text, prefix, sigmas)
+        else:
+            v = velocity(x, k, text, prefix)
+            wanted = (target - x) / (sigmas[k + 1] - sigmas[k]).view(-1, 1, 1, 1, 1)
+            keep = _keep_mask(x, prefix)
+            loss = (((v - wanted) ** 2) * keep).sum() / keep.sum()
         optimizer_step(loss, optimizer, params, schedule)
         step += 1
         decay = min(config.ema, (1 + step) / (10 + step))
@@ -124,6 +115,34 @@ def _train_lora(pipe, config: DistillConfig, work: Path, logger: Logger, finishe
     model.delete_adapters(["default"])  # the transformer is the teacher again for the stages after
     return {"lora": lora, "seconds": seconds + time.monotonic() - started,
             "cpu_seconds": cpu + time.process_time() - cpu_started, "loss": smoothed}
+
+
+def student_velocity(model, sigmas: torch.Tensor):
+    """velocity(x, k, text, prefix): the student's velocity at each sample's window k (B,), in one forward: a
+    timestep per sample, or per token with 0 on a continuation's clean prefix, as engine.loop.conditioning's clean
+    tie gives it."""
+    from engine.loop.conditioning import tied_tokens
+
+    patch = model.config.patch_size
+
+    def velocity(x, k, text, prefix):
+        t = sigmas[k] * 1000
+        if prefix.any():
+            clean = tied_tokens(prefix, x, patch)
+            return model(x, t[:, None].expand(clean.shape).masked_fill(clean, 0), text, return_dict=False)[0]
+        return model(x, t, text, return_dict=False)[0]
+
+    return velocity
+
+
+def landing_loss(velocity, x, target, k, text, prefix, sigmas) -> torch.Tensor:
+    """Where one Euler step from `x` at window k lands against `target`: the velocity's error times the window's
+    length, normalised over the batch, so each window weighs as much as it moves the sample; a continuation's clean
+    prefix outside the loss."""
+    v = velocity(x, k, text, prefix)
+    length = (sigmas[k + 1] - sigmas[k]).view(-1, 1, 1, 1, 1)
+    keep = _keep_mask(x, prefix)
+    return ((((v - (target - x) / length) ** 2) * keep * length**2 / (length**2).mean()).sum() / keep.sum())
 
 
 @torch.no_grad()
@@ -157,7 +176,7 @@ def student_finals(pipe, config: DistillConfig, finished: dict, data: dict, batc
     from toyworld.train_transformer import prompt_table
 
     _, embeds, _ = prompt_table(pipe)
-    student = finished["refine"] if config.refine_steps else finished["student"]
+    student = finished[final_stage(config)]
     sigmas = finished["teacher"]["sigmas"]
     model = pipe.transformer
     with torch.random.fork_rng(devices=[]):

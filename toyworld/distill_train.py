@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from engine.adapters import light_decoder
-from toyworld.distill_config import DistillConfig
+from toyworld.distill_config import DistillConfig, final_stage
 
 ADAPTER_FILE = "adapter.safetensors"
 DECODER_FOLDER = "decoder"
@@ -26,7 +26,7 @@ def export(pipe, config: DistillConfig, finished: dict, out: Path) -> None:
     from diffusers import WanPipeline
 
     out.mkdir(parents=True, exist_ok=True)
-    student = finished["refine"] if config.refine_steps else finished["student"]
+    student = finished[final_stage(config)]
     WanPipeline.save_lora_weights(out, transformer_lora_layers=student["lora"], weight_name=ADAPTER_FILE,
                                   safe_serialization=True)
     decoder = light_decoder.LightDecoder(finished["decoder"]["decoder_config"])

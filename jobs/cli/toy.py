@@ -80,6 +80,7 @@ def train(
 
 # A one-minute distillation for tests and for trying the command: every stage, a few steps each.
 QUICK_DISTILL = dict(samples=80, continuations=16, shard=48, student_steps=12, decoder_steps=6, refine_steps=6,
+                     match_steps=4, match_batch=4, match_regression_batch=4,
                      decoder_teacher_samples=32, decoder_student_samples=32, decoder_long_clips=4, warmup=3,
                      log_every=3, checkpoint_every=6)
 

@@ -153,6 +153,47 @@ def test_a_killed_distill_resumes_to_the_same_student(quick_distill, tmp_path):
         assert torch.equal(resumed[key], unbroken[key]), key
 
 
+def test_a_killed_match_stage_resumes_to_the_same_student(quick_distill, tmp_path):
+    """The distribution-matching stage (toyworld.distill_match) killed after its checkpoint and run again ends with
+    the student an unbroken run has: its checkpoint holds the student's weights and their average, the fake score's
+    weights and both optimizers, and every draw (prompts, noise, noise levels, regression batches) is seeded by step.
+    Both runs start from the quick run's finished stages before it, in this process."""
+    import dataclasses
+    import shutil
+
+    root, _ = quick_distill
+
+    class Stopped(Exception):
+        pass
+
+    def stop_at(stage, step):
+        def hook(record):
+            if record["stage"] == stage and record["step"] == step:
+                raise Stopped
+        return hook
+
+    config = dataclasses.replace(DistillConfig(**QUICK_DISTILL), match_steps=6, checkpoint_every=3, log_every=1)
+    for run in ("killed", "unbroken"):
+        (tmp_path / run).mkdir()
+        for stage in ("teacher", "continuations", "student", "refine"):
+            shutil.copy(root / "work" / f"{stage}.done.pt", tmp_path / run / f"{stage}.done.pt")
+    after_match = stop_at("decoder", 3)
+    with pytest.raises(Stopped):
+        distill(config, TOY_WEIGHTS, tmp_path / "unbroken", tmp_path / "unbroken-out", on_log=after_match)
+    with pytest.raises(Stopped):  # killed after the checkpoint at step 3: steps 4-5 are lost and redone
+        distill(config, TOY_WEIGHTS, tmp_path / "killed", tmp_path / "out", on_log=stop_at("match", 5))
+    assert (tmp_path / "killed" / "match.last.pt").is_file() and not (tmp_path / "killed" / "match.done.pt").exists()
+    with pytest.raises(Stopped):
+        distill(config, TOY_WEIGHTS, tmp_path / "killed", tmp_path / "out", on_log=after_match)
+    resumed, unbroken, refined = (torch.load(tmp_path / run / f"{stage}.done.pt", weights_only=False)["lora"]
+                                  for run, stage in (("killed", "match"), ("unbroken", "match"),
+                                                     ("unbroken", "refine")))
+    assert resumed.keys() == unbroken.keys() == refined.keys() and len(unbroken) > 0
+    for key in unbroken:
+        assert torch.equal(resumed[key], unbroken[key]), key
+    assert any(not torch.equal(unbroken[k], refined[k]) for k in unbroken), "the stage moved the student"
+
+
 def test_a_work_folder_refuses_another_config(tmp_path):
     (tmp_path / "work").mkdir()
     saved = json.loads(json.dumps(DistillConfig(**QUICK_DISTILL).__dict__))
