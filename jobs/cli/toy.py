@@ -50,6 +50,10 @@ def train(
     config = TrainConfig(**QUICK) if quick else TrainConfig()
     if seed is not None:
         config = dataclasses.replace(config, seed=seed)
+    if match_steps is not None:
+        if match_steps < 0:
+            fail(UsageError(f"--match-steps {match_steps}: a number of steps, 0 or more (0: no matching stage)"))
+        config = dataclasses.replace(config, match_steps=match_steps)
 
     def show(record: dict) -> None:
         parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
@@ -94,6 +98,9 @@ def distill(
                                        "same folder to resume a killed run.")] = Path(".toy-distill"),
     quick: Annotated[bool, typer.Option("--quick", help="A one-minute smoke run (a few steps per stage).")] = False,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Default: the committed student's seed.")] = None,
+    match_steps: Annotated[Optional[int], typer.Option(
+        "--match-steps", help="Steps of the distribution-matching stage after refine (toyworld."
+        "distill_match). Default: none (the shipped student was made without it).")] = None,
     evaluate: Annotated[bool, typer.Option(help="Judge the student against `toy`, record its gate, write its "
                                            "card.")] = True,
 ) -> None:
@@ -108,6 +115,10 @@ def distill(
     config = DistillConfig(**QUICK_DISTILL) if quick else DistillConfig()
     if seed is not None:
         config = dataclasses.replace(config, seed=seed)
+    if match_steps is not None:
+        if match_steps < 0:
+            fail(UsageError(f"--match-steps {match_steps}: a number of steps, 0 or more (0: no matching stage)"))
+        config = dataclasses.replace(config, match_steps=match_steps)
 
     def show(record: dict) -> None:
         parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()

@@ -200,3 +200,19 @@ def test_a_work_folder_refuses_another_config(tmp_path):
     (tmp_path / "work" / "config.json").write_text(json.dumps({**saved, "student_steps": 13}))
     with pytest.raises(ValueError, match="student_steps differ"):
         distill(DistillConfig(**QUICK_DISTILL), TOY_WEIGHTS, tmp_path / "work", tmp_path / "out")
+
+
+def test_a_negative_match_steps_is_refused_before_anything_is_written(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "jobs", "toy", "distill", "--match-steps", "-1", "--out",
+                           str(tmp_path / "out"), "--work", str(tmp_path / "work")], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--match-steps" in proc.stderr and "-1" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_default_recipe_is_the_shipped_students():
+    """`toy distill` from scratch gives the shipped student: its stages end with refine, as the card's were."""
+    card = (REPO / "engine" / "models" / "toy-fast" / "README.md").read_text()
+    assert "| refine | 19.2 |" in card and "| match |" not in card
+    assert DistillConfig().match_steps == 0 and DistillConfig().refine_steps == 300
