@@ -72,6 +72,13 @@ class ShownFeedback(Feedback):
             yield lambda n: bar.advance(task, n)
 
 
+def show_progress(record: dict) -> None:
+    """One line of a training's log record: `stage step/of: name value, ...`."""
+    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
+             if k not in ("stage", "step", "of")]
+    out.print(f"{record['stage']} {record['step']}/{record['of']}: {', '.join(parts)}", highlight=False)
+
+
 def fail(exc: ReelbatchError) -> None:
     """Print a user error (no traceback) to stderr and exit with its code (2 for bad input)."""
     err.print(str(exc), highlight=False)

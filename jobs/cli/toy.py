@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.cli.console import fail, out
+from jobs.cli.console import fail, out, show_progress
 from jobs.errors import ReelbatchError, UsageError
 from jobs.settings import Settings
 
@@ -50,18 +50,9 @@ def train(
     config = TrainConfig(**QUICK) if quick else TrainConfig()
     if seed is not None:
         config = dataclasses.replace(config, seed=seed)
-    if match_steps is not None:
-        if match_steps < 0:
-            fail(UsageError(f"--match-steps {match_steps}: a number of steps, 0 or more (0: no matching stage)"))
-        config = dataclasses.replace(config, match_steps=match_steps)
-
-    def show(record: dict) -> None:
-        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
-                 if k not in ("stage", "step", "of")]
-        out.print(f"{record['stage']} {record['step']}/{record['of']}: {', '.join(parts)}", highlight=False)
 
     try:
-        progress = run_training(config, work, out_dir, on_log=show)
+        progress = run_training(config, work, out_dir, on_log=show_progress)
     except ValueError as exc:
         fail(UsageError(str(exc)))
     out.print(f"trained in {sum(progress.seconds.values()) / 60:.1f} min of stage time; saved to {out_dir}")
@@ -120,14 +111,9 @@ def distill(
             fail(UsageError(f"--match-steps {match_steps}: a number of steps, 0 or more (0: no matching stage)"))
         config = dataclasses.replace(config, match_steps=match_steps)
 
-    def show(record: dict) -> None:
-        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
-                 if k not in ("stage", "step", "of")]
-        out.print(f"{record['stage']} {record['step']}/{record['of']}: {', '.join(parts)}", highlight=False)
-
     started = time.monotonic()
     try:
-        progress = run_distill(config, TOY_WEIGHTS, work, out_dir, on_log=show)
+        progress = run_distill(config, TOY_WEIGHTS, work, out_dir, on_log=show_progress)
     except ValueError as exc:
         fail(UsageError(str(exc)))
     wall_s = time.monotonic() - started
@@ -183,13 +169,8 @@ def first_frame(
                         f"`reelbatch toy train`"))
     config = FirstFrameConfig(**QUICK_FIRST_FRAME) if quick else FirstFrameConfig()
 
-    def show(record: dict) -> None:
-        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
-                 if k not in ("stage", "step", "of")]
-        out.print(f"{record['stage']} {record['step']}/{record['of']}: {', '.join(parts)}", highlight=False)
-
     try:
-        progress = train_first_frame(config, base, work, out_dir, on_log=show)
+        progress = train_first_frame(config, base, work, out_dir, on_log=show_progress)
     except ValueError as exc:
         fail(UsageError(str(exc)))
     out.print(f"trained in {sum(progress.seconds.values()) / 60:.1f} min; saved to {out_dir}")

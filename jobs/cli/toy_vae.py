@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from jobs.cli.console import fail, out
+from jobs.cli.console import fail, out, show_progress
 from jobs.errors import ReelbatchError, UsageError
 from jobs.settings import Settings
 
@@ -51,13 +51,8 @@ def first_frame_vae(
                         f"first-frame --out {out_dir}` first, or pass --no-evaluate"))
     config = FirstFrameVaeConfig(**QUICK_VAE) if quick else FirstFrameVaeConfig()
 
-    def show(record: dict) -> None:
-        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
-                 if k not in ("stage", "step", "of")]
-        out.print(f"{record['stage']} {record['step']}/{record['of']}: {', '.join(parts)}", highlight=False)
-
     try:
-        progress = train_first_frame_vae(config, base, work, out_dir, on_log=show)
+        progress = train_first_frame_vae(config, base, work, out_dir, on_log=show_progress)
     except ValueError as exc:
         fail(UsageError(str(exc)))
     out.print(f"trained in {sum(progress.seconds.values()) / 60:.1f} min; saved to {out_dir / 'vae'}",

@@ -24,6 +24,18 @@ from toyworld.distill_config import student_sigmas, teacher_sigmas
 REPO = Path(__file__).resolve().parents[2]
 
 
+class Stopped(Exception):
+    """A run stopped by the test, as a kill would stop it."""
+
+
+def stop_at(stage: str, step: int):
+    """A log hook that stops the run at `stage`'s record of `step`."""
+    def hook(record):
+        if record["stage"] == stage and record["step"] == step:
+            raise Stopped
+    return hook
+
+
 @pytest.fixture(scope="module")
 def quick_distill(tmp_path_factory, model_cache):
     """`reelbatch toy distill --quick` once for the module, through the CLI, evaluation included."""
@@ -123,15 +135,6 @@ def test_a_killed_distill_resumes_to_the_same_student(quick_distill, tmp_path):
 
     root, _ = quick_distill
 
-    class Stopped(Exception):
-        pass
-
-    def stop_at(stage, step):
-        def hook(record):
-            if record["stage"] == stage and record["step"] == step:
-                raise Stopped
-        return hook
-
     config = DistillConfig(**QUICK_DISTILL)
     for run in ("killed", "unbroken"):
         (tmp_path / run).mkdir()
@@ -162,15 +165,6 @@ def test_a_killed_match_stage_resumes_to_the_same_student(quick_distill, tmp_pat
     import shutil
 
     root, _ = quick_distill
-
-    class Stopped(Exception):
-        pass
-
-    def stop_at(stage, step):
-        def hook(record):
-            if record["stage"] == stage and record["step"] == step:
-                raise Stopped
-        return hook
 
     config = dataclasses.replace(DistillConfig(**QUICK_DISTILL), match_steps=6, checkpoint_every=3, log_every=1)
     for run in ("killed", "unbroken"):
