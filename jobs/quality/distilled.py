@@ -25,7 +25,7 @@ from jobs.quality.evaluate import REFERENCES, native_shape, round_trip, save_ref
 from jobs.quality.gate_sample import TOY_HELD_OUT, GateSample, gate_sample, judged_adherence, render_sample
 from jobs.quality.sample import GATE_SAMPLE_SIZE, held_out_set, new_entropy, sample_set
 from jobs.settings import Settings
-from toyworld.distill_report import FastResults, evaluate, judge_against_teacher, render, with_folder
+from toyworld.distill_report import ATTRIBUTES, FastResults, evaluate, judge_against_teacher, render, with_folder
 from toyworld.world import COMBINATIONS
 
 # Long videos judged after `toy distill`: sixteen 4 s videos, prompts 5i of the 80 (every colour, and every shape,
@@ -123,7 +123,7 @@ def draws_summary(gates: list) -> dict:
     """Several draws' gates of one distilled model: per attribute the teacher's and the student's mean, and the
     student's gap to the teacher (points) as mean, sample standard deviation, smallest and largest; how many passed."""
     per = {}
-    for name in ("colour", "shape", "direction", "background", "all_four", "clean_background"):
+    for name in ATTRIBUTES:
         if not all(name in g.adherence and name in g.exact_adherence for g in gates):
             continue
         gaps = [100 * (g.adherence[name] - g.exact_adherence[name]) for g in gates]

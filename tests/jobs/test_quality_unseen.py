@@ -3,10 +3,6 @@
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,17 +16,10 @@ from jobs.quality.images import UNSEEN_TARGETS, image_set, unseen_set, unseen_sp
 from toyworld.judge import judge_clip
 from toyworld.world import COLOURS, parse_prompt
 
+from .test_quality_images import cli  # the CLI in a process of its own, with its own cache folder
+
 SHIPPED = pytest.mark.skipif("toy-i2v" not in builtin_models() or not (TOY_I2V_WEIGHTS / "vae").is_dir(),
                              reason="engine/models/toy-i2v holds no transformer and VAE")
-
-
-def cli(cwd: Path, model_cache: Path, *args: str, models: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("REELBATCH_")},
-           "REELBATCH_CACHE_DIR": str(model_cache)}
-    if models:
-        env["REELBATCH_MODELS"] = str(models)
-    return subprocess.run([sys.executable, "-m", "jobs", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=900)
 
 
 def test_unseen_pictures_lie_outside_training_and_read_as_their_prompts():
