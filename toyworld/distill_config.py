@@ -52,10 +52,10 @@ class DistillConfig:
     landing_loss: bool = True
     # Stage 6, match (toyworld.distill_match): distribution matching from the refined student, DMD2's gradient
     # (the fake score's estimate against the teacher's guided one, on the student's own samples) weighted by
-    # `match_weight` beside the refine stage's landing loss on the teacher's trajectories. 0 steps: none, the
-    # default, so that `toy distill` from scratch gives the shipped student (made without it); what it gave on
-    # validation pairs is in docs/TOY_TRAINING.md ("Distribution matching"): not yet enough to ship.
-    match_steps: int = 0
+    # `match_weight` beside the refine stage's landing loss on the teacher's trajectories. 0 steps: none. The
+    # shipped student (2026-12-08) has 400: on the validation pairs it took the student's shape from 3.8 points under
+    # the teacher to 1.5 (docs/TOY_TRAINING.md, "toy-fast's gap").
+    match_steps: int = 400
     match_batch: int = 16
     match_regression_batch: int = 16
     match_lr: float = 5e-5
@@ -80,12 +80,13 @@ class DistillConfig:
     # the light decoder decodes in every toy-fast render, and where decoders trained on the teacher's alone turned
     # some reds blue. 0: none. 800 of the 1200 (all 1200 judged no better, docs/TOY_TRAINING.md phase 3).
     decoder_student_samples: int = 800
-    # What the student's latents are decoded to: "student", the VAE's decode of those latents (a plain copy of the
-    # VAE); or "teacher", the VAE's decode of the teacher's final latents from the same noise and prompt, so the
-    # decoder also undoes what the student's 4 steps lose against the teacher's 20 (rounded corners).
-    # "teacher" shipped: 80.8% shape over 240 validation videos, the teacher's own figure, against 78.3% for
-    # "student" (docs/TOY_TRAINING.md, phase 3).
-    decoder_student_target: str = "teacher"
+    # What the student's latents are decoded to: "student", the VAE's decode of those latents (a copy of the VAE on
+    # what the student draws); or "teacher", the VAE's decode of the teacher's final latents from the same noise and
+    # prompt, so the decoder also undoes what the student's steps lose against the teacher's (rounded corners).
+    # "teacher" served the regression-only student (80.8% shape over 240 validation videos against 78.3%); for the
+    # matched student "student" keeps what matching gained (with `toy tune-decoder` after: shape 1.5 points under
+    # the teacher on 1200 validation pairs against 1.8, all four 0.4 against 1.6; docs/TOY_TRAINING.md).
+    decoder_student_target: str = "student"
     # Weight of the frame-to-frame term: the decoder's change between consecutive frames against the VAE's, which
     # a per-frame loss leaves free (the shimmer the distilled gate's flicker rule measures). 0: none. At 1 the
     # shipped decoder's flicker is 1.06-1.10x the teacher's (the gate allows 1.25x).

@@ -206,7 +206,9 @@ def test_a_negative_match_steps_is_refused_before_anything_is_written(tmp_path):
 
 
 def test_the_default_recipe_is_the_shipped_students():
-    """`toy distill` from scratch gives the shipped student: its stages end with refine, as the card's were."""
+    """`toy distill` from scratch gives the shipped student: its stages end with 400 steps of matching and its
+    decoder learns the VAE's decode of the student's own latents, as the card's did."""
     card = (REPO / "engine" / "models" / "toy-fast" / "README.md").read_text()
-    assert "| refine | 19.2 |" in card and "| match |" not in card
-    assert DistillConfig().match_steps == 0 and DistillConfig().refine_steps == 300
+    assert "| match |" in card and "- `match_steps`: 400\n" in card and "- `decoder_student_target`: student\n" in card
+    assert DistillConfig().match_steps == 400 and DistillConfig().refine_steps == 300
+    assert DistillConfig().decoder_student_target == "student"
