@@ -89,7 +89,7 @@ class DistillConfig:
     decoder_student_target: str = "student"
     # Weight of the frame-to-frame term: the decoder's change between consecutive frames against the VAE's, which
     # a per-frame loss leaves free (the shimmer the distilled gate's flicker rule measures). 0: none. At 1 the
-    # shipped decoder's flicker is 1.06-1.10x the teacher's (the gate allows 1.25x).
+    # shipped decoder's flicker is 1.01-1.03x the teacher's on 12 held-out draws (the gate allows 1.25x).
     decoder_temporal_weight: float = 1.0
     # Weight of the colour term: each frame's 4x4 block means against the VAE's, every pixel alike. Without it the
     # shipped decoder (2026-12-01) decoded greens as limes and tinted gray backgrounds yellow-green under a red mesh
